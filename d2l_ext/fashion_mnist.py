@@ -1,0 +1,180 @@
+"""Find, verify and read Fashion-MNIST without torchvision or gluon's downloader.
+
+The four IDX files are looked up, in this order, in
+
+1. the ``root`` argument,
+2. the directory named by the ``D2L_DATA_DIR`` environment variable,
+3. the user cache directory (``$XDG_CACHE_HOME/d2l_ext/fashion-mnist``,
+   by default ``~/.cache/d2l_ext/fashion-mnist``),
+4. Debian's copy, ``/usr/share/datasets/fashion-mnist``
+   (``apt-get install dataset-fashion-mnist``),
+
+and only if none has them are they downloaded over HTTPS into the cache
+directory. Each file may be gzipped or not. Checksums are taken of the
+*decompressed* bytes, because Debian recompresses the ``.gz`` files.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import tempfile
+import urllib.error
+import urllib.request
+import zlib
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
+BASE_URL = "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/"
+
+#: SHA-256 of each file's decompressed bytes.
+FILES = {
+    "train-images-idx3-ubyte": "c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888",
+    "train-labels-idx1-ubyte": "bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9",
+    "t10k-images-idx3-ubyte": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
+    "t10k-labels-idx1-ubyte": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
+}
+
+TEXT_LABELS = ["t-shirt", "trouser", "pullover", "dress", "coat",
+               "sandal", "shirt", "sneaker", "bag", "ankle boot"]
+
+
+class DataError(RuntimeError):
+    """Fashion-MNIST is missing or damaged; the message says what to do."""
+
+
+def cache_dir() -> Path:
+    """The user cache directory where downloads go."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "d2l_ext" / "fashion-mnist"
+
+
+def candidate_dirs(root: str | os.PathLike | None = None) -> list[Path]:
+    """The directories searched for the files, in order."""
+    dirs = []
+    if root is not None:
+        dirs.append(Path(root))
+    if os.environ.get("D2L_DATA_DIR"):
+        dirs.append(Path(os.environ["D2L_DATA_DIR"]))
+    dirs += [cache_dir(), DEBIAN_DIR]
+    return dirs
+
+
+def _file_in(directory: Path, name: str) -> Path | None:
+    for candidate in (directory / f"{name}.gz", directory / name):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _complete(directory: Path) -> bool:
+    return all(_file_in(directory, name) for name in FILES)
+
+
+def _decompressed(path: Path) -> bytes:
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            return gzip.decompress(raw)
+        except (EOFError, OSError, zlib.error) as err:
+            raise DataError(f"{path} is truncated or not a valid gzip file ({err}). "
+                            "Delete it; it is downloaded again on the next call, or "
+                            "reinstall the Debian package dataset-fashion-mnist.") from err
+    return raw
+
+
+def _verified(path: Path, name: str) -> bytes:
+    data = _decompressed(path)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != FILES[name]:
+        raise DataError(f"{path} is corrupt: SHA-256 of its decompressed bytes is {digest}, "
+                        f"expected {FILES[name]}. Delete it; it is downloaded again on the "
+                        "next call, or reinstall the Debian package dataset-fashion-mnist.")
+    return data
+
+
+def download(directory: Path | None = None, base_url: str = BASE_URL) -> Path:
+    """Download the four files into ``directory`` (default: the cache directory).
+
+    Each file is written to a temporary file beside its destination and renamed
+    only once its checksum matches, so an interruption leaves nothing half-written.
+    """
+    directory = Path(directory) if directory is not None else cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        if _file_in(directory, name):
+            continue
+        url = base_url + name + ".gz"
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+                while chunk := response.read(1 << 20):
+                    out.write(chunk)
+            _verified(Path(tmp), name)
+            os.replace(tmp, directory / f"{name}.gz")
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    return directory
+
+
+def _not_found_message(searched: list[Path], err: Exception) -> str:
+    where = "\n".join(f"  - {d}" for d in searched)
+    return (f"Fashion-MNIST was not found and could not be downloaded ({err}).\n"
+            f"Searched:\n{where}\n"
+            "Get the data in one of three ways:\n"
+            "  1. install Debian's copy: apt-get install dataset-fashion-mnist\n"
+            "  2. put the four *-ubyte(.gz) files in a directory and pass root=DIR "
+            "or set D2L_DATA_DIR=DIR\n"
+            f"  3. connect to the internet: they are then downloaded into {cache_dir()}")
+
+
+def find(root: str | os.PathLike | None = None, base_url: str = BASE_URL) -> Path:
+    """Return a directory holding all four files, downloading them if needed."""
+    searched = candidate_dirs(root)
+    for directory in searched:
+        if _complete(directory):
+            return directory
+    try:
+        return download(cache_dir(), base_url)
+    except (urllib.error.URLError, OSError) as err:
+        raise DataError(_not_found_message(searched, err)) from err
+
+
+def _parse_idx(data: bytes, path: Path) -> np.ndarray:
+    ndim = data[3]
+    if data[:3] != b"\x00\x00\x08" or ndim not in (1, 3):
+        raise DataError(f"{path} is not an IDX file of unsigned bytes.")
+    shape = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+@lru_cache(maxsize=4)
+def _read_split(directory: Path, train: bool) -> tuple[np.ndarray, np.ndarray]:
+    prefix = "train" if train else "t10k"
+    arrays = []
+    for kind in ("images-idx3-ubyte", "labels-idx1-ubyte"):
+        name = f"{prefix}-{kind}"
+        path = _file_in(directory, name)
+        if path is None:
+            raise DataError(f"{directory / name}.gz disappeared while reading.")
+        arrays.append(_parse_idx(_verified(path, name), path))
+    return arrays[0], arrays[1]
+
+
+def load(train: bool = True, root: str | os.PathLike | None = None,
+         num_examples: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Images ``(n, 28, 28)`` and labels ``(n,)`` as read-only uint8 arrays.
+
+    ``num_examples`` keeps only the first examples (for quick runs).
+    """
+    images, labels = _read_split(find(root).resolve(), train)
+    if num_examples is not None:
+        if num_examples < 1:
+            raise ValueError(f"num_examples must be positive, got {num_examples}.")
+        images, labels = images[:num_examples], labels[:num_examples]
+    return images, labels

@@ -1,0 +1,273 @@
+"""The MXNet half of d2l_ext: ``from d2l_ext import mxnet as d2l``.
+
+MXNet 1.9.1 is the last release (the project is retired). It imports only
+with numpy < 1.24, and numpy 1.23.5 has wheels only up to Python 3.11.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy
+
+from d2l_ext.utils import Accumulator, Animator, Benchmark, Timer, TrainProgress, TrainResult
+
+_NEEDS = ("d2l_ext.mxnet needs MXNet 1.9.1 with numpy < 1.24 (numpy 1.23.5), which exists "
+          "only for Python <= 3.11. In a Python 3.11 environment run: "
+          "pip install 'mxnet==1.9.1' 'numpy==1.23.5'. For PyTorch use d2l_ext.torch instead.")
+
+if tuple(int(p) for p in numpy.__version__.split(".")[:2]) >= (1, 24):
+    raise ImportError(f"{_NEEDS} Found numpy {numpy.__version__}.")
+try:
+    import mxnet as mx
+    from mxnet import autograd, gluon, init, np, npx
+    from mxnet.gluon import nn
+except ImportError as err:
+    raise ImportError(f"{_NEEDS} ({err})") from err
+
+from d2l_ext import fashion_mnist  # noqa: E402
+
+npx.set_np()
+
+__all__ = [
+    "Accumulator", "Animator", "Benchmark", "Timer", "TrainResult", "Residual", "accuracy",
+    "cpu", "evaluate_accuracy_gpu", "evaluate_accuracy_gpus", "get_dataloader_workers", "gpu",
+    "load_data_fashion_mnist", "num_gpus", "resnet18", "split_batch", "train",
+    "try_all_devices", "try_all_gpus", "try_gpu",
+]
+
+
+# ---------------------------------------------------------------- devices
+def cpu(i: int = 0) -> mx.Context:
+    """The CPU context ``i`` (several CPU contexts stand in for several devices)."""
+    return npx.cpu(i)
+
+
+def gpu(i: int = 0) -> mx.Context:
+    """The ``i``-th GPU context (it need not exist)."""
+    return npx.gpu(i)
+
+
+def num_gpus() -> int:
+    """The number of available GPUs."""
+    return npx.num_gpus()
+
+
+def try_gpu(i: int = 0) -> mx.Context:
+    """Return ``gpu(i)`` if it exists, otherwise ``cpu()``."""
+    return gpu(i) if num_gpus() >= i + 1 else cpu()
+
+
+def try_all_gpus() -> list[mx.Context]:
+    """Return all available GPUs, or ``[cpu()]`` if there is none (d2l's documented meaning)."""
+    return [gpu(i) for i in range(num_gpus())] or [cpu()]
+
+
+def try_all_devices(min_count: int = 2) -> list[mx.Context]:
+    """All GPUs if there are at least ``min_count``, else ``[cpu(0), cpu(1), ...]``.
+
+    Several CPU contexts let the multi-device code run on a laptop: it shows
+    correctness, not speed (they share the same cores).
+    """
+    gpus = [gpu(i) for i in range(num_gpus())]
+    return gpus if len(gpus) >= min_count else [cpu(i) for i in range(min_count)]
+
+
+# ---------------------------------------------------------------- splitting
+def split_batch(X: np.ndarray, y: np.ndarray,
+                devices: Sequence[mx.Context]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Split ``X`` and ``y`` into ``len(devices)`` shards, one on each device."""
+    if X.shape[0] != y.shape[0]:
+        raise ValueError(f"X has {X.shape[0]} examples but y has {y.shape[0]}; "
+                         "they must have the same length.")
+    if len(devices) == 0:
+        raise ValueError("devices is empty; pass at least one device.")
+    if X.shape[0] < len(devices):
+        raise ValueError(f"cannot split {X.shape[0]} examples across {len(devices)} devices: "
+                         "use a batch with at least as many examples as devices.")
+    return (gluon.utils.split_and_load(X, devices, even_split=False),
+            gluon.utils.split_and_load(y, devices, even_split=False))
+
+
+# ---------------------------------------------------------------- models
+class Residual(nn.Block):
+    """The residual block of ResNet (d2l's)."""
+
+    def __init__(self, num_channels: int, use_1x1conv: bool = False, strides: int = 1,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.conv1 = nn.Conv2D(num_channels, kernel_size=3, padding=1, strides=strides)
+        self.conv2 = nn.Conv2D(num_channels, kernel_size=3, padding=1)
+        self.conv3 = (nn.Conv2D(num_channels, kernel_size=1, strides=strides)
+                      if use_1x1conv else None)
+        self.bn1 = nn.BatchNorm()
+        self.bn2 = nn.BatchNorm()
+
+    def forward(self, X):
+        Y = npx.relu(self.bn1(self.conv1(X)))
+        Y = self.bn2(self.conv2(Y))
+        if self.conv3:
+            X = self.conv3(X)
+        return npx.relu(Y + X)
+
+
+def resnet18(num_classes: int) -> nn.Sequential:
+    """d2l's ResNet-18 variant for small images: 3x3 stem, stride 1, no max-pooling."""
+
+    def resnet_block(num_channels: int, num_residuals: int,
+                     first_block: bool = False) -> nn.Sequential:
+        blk = nn.Sequential()
+        for i in range(num_residuals):
+            if i == 0 and not first_block:
+                blk.add(Residual(num_channels, use_1x1conv=True, strides=2))
+            else:
+                blk.add(Residual(num_channels))
+        return blk
+
+    net = nn.Sequential()
+    net.add(nn.Conv2D(64, kernel_size=3, strides=1, padding=1),
+            nn.BatchNorm(), nn.Activation("relu"))
+    net.add(resnet_block(64, 2, first_block=True), resnet_block(128, 2),
+            resnet_block(256, 2), resnet_block(512, 2))
+    net.add(nn.GlobalAvgPool2D(), nn.Dense(num_classes))
+    return net
+
+
+# ---------------------------------------------------------------- data
+def get_dataloader_workers() -> int:
+    """Use 4 processes to read the data (as d2l)."""
+    return 4
+
+
+def fashion_mnist_dataset(train: bool = True, resize: int | None = None,
+                          root: str | os.PathLike | None = None,
+                          num_examples: int | None = None) -> gluon.data.Dataset:
+    """Fashion-MNIST as a gluon dataset of ``(1, H, W)`` float32 images in [0, 1]."""
+    images, labels = fashion_mnist.load(train, root, num_examples)
+    labels = labels.astype("int32")
+    if not resize:  # convert once, in numpy: much faster than a per-image ToTensor
+        return gluon.data.ArrayDataset(images[:, None].astype("float32") / 255, labels)
+    trans = gluon.data.vision.transforms.Compose([
+        gluon.data.vision.transforms.Resize(resize), gluon.data.vision.transforms.ToTensor()])
+    return gluon.data.ArrayDataset(np.array(images[..., None]), labels).transform_first(trans)
+
+
+def load_data_fashion_mnist(batch_size: int, resize: int | None = None, *,
+                            root: str | os.PathLike | None = None,
+                            num_workers: int | None = None, pin_memory: bool = False,
+                            num_train: int | None = None, num_test: int | None = None,
+                            ) -> tuple[gluon.data.DataLoader, gluon.data.DataLoader]:
+    """Load Fashion-MNIST into a training and a test ``DataLoader`` (as d2l).
+
+    The files are found as described in :mod:`d2l_ext.fashion_mnist`, never by
+    gluon's downloader. ``num_workers`` defaults to :func:`get_dataloader_workers`;
+    ``num_train`` and ``num_test`` keep only the first examples, for quick runs.
+    """
+    if num_workers is None:
+        num_workers = get_dataloader_workers()
+    train_set = fashion_mnist_dataset(True, resize, root, num_train)
+    test_set = fashion_mnist_dataset(False, resize, root, num_test)
+    options = dict(num_workers=num_workers, pin_memory=pin_memory)
+    return (gluon.data.DataLoader(train_set, batch_size, shuffle=True, **options),
+            gluon.data.DataLoader(test_set, batch_size, shuffle=False, **options))
+
+
+# ---------------------------------------------------------------- evaluation
+def accuracy(y_hat: np.ndarray, y: np.ndarray) -> float:
+    """The number of correct predictions."""
+    if y_hat.ndim > 1 and y_hat.shape[1] > 1:
+        y_hat = y_hat.argmax(axis=1)
+    return float((y_hat.astype(y.dtype) == y).sum())
+
+
+def evaluate_accuracy_gpu(net: nn.Block, data_iter, device: mx.Context | None = None) -> float:
+    """The accuracy of ``net`` on ``data_iter``, computed on one device.
+
+    ``device`` defaults to the first device of the first parameter.
+    """
+    if device is None:
+        device = list(net.collect_params().values())[0].list_ctx()[0]
+    metric = Accumulator(2)
+    for X, y in data_iter:
+        X, y = X.as_in_ctx(device), y.as_in_ctx(device)
+        metric.add(accuracy(net(X), y), y.size)
+    return metric[0] / metric[1]
+
+
+def evaluate_accuracy_gpus(net: nn.Block, data_iter, split_f=split_batch) -> float:
+    """The accuracy of ``net`` on ``data_iter``, each batch split over the net's devices."""
+    devices = list(net.collect_params().values())[0].list_ctx()
+    metric = Accumulator(2)
+    for features, labels in data_iter:
+        X_shards, y_shards = split_f(features, labels, devices)
+        pred_shards = [net(X_shard) for X_shard in X_shards]  # run in parallel
+        metric.add(sum(accuracy(p, y) for p, y in zip(pred_shards, y_shards)), labels.size)
+    return metric[0] / metric[1]
+
+
+# ---------------------------------------------------------------- training
+def train(net: nn.Block, devices: Sequence[mx.Context], batch_size: int, lr: float,
+          num_epochs: int = 10, *, warmup_epochs: float = 1.0,
+          num_train: int | None = None, num_test: int | None = None,
+          num_workers: int = 0, root: str | os.PathLike | None = None,
+          seed: int = 0, verbose: bool = True) -> TrainResult:
+    """Train ``net`` on Fashion-MNIST with SGD on one device or several.
+
+    The parameters are (re)initialised on every device in ``devices``; each
+    minibatch of ``batch_size`` examples is split across them and
+    ``gluon.Trainer`` sums the gradients (kvstore ``device`` on GPUs, ``local``
+    on CPU contexts). The learning rate rises linearly to ``lr`` over the first
+    ``warmup_epochs`` epochs. Without GPUs, pass ``[cpu(0), cpu(1)]``: the code
+    is the same, the speed is not.
+
+    Returns per-epoch loss, accuracies, seconds and images per second; in a
+    notebook the curves are drawn live.
+    """
+    devices = list(devices)
+    if not devices:
+        raise ValueError("devices is empty; pass at least one device, e.g. [d2l.try_gpu()].")
+    if batch_size < len(devices):
+        raise ValueError(f"batch_size {batch_size} is smaller than the {len(devices)} devices.")
+    mx.random.seed(seed)
+    numpy.random.seed(seed)
+    net.initialize(init=init.Xavier(), ctx=devices, force_reinit=True)
+    kvstore = "device" if all(d.device_type == "gpu" for d in devices) else "local"
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": lr}, kvstore=kvstore)
+    train_iter, test_iter = load_data_fashion_mnist(
+        batch_size, root=root, num_workers=num_workers, num_train=num_train, num_test=num_test)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    progress = TrainProgress(TrainResult([str(d) for d in devices], batch_size, lr),
+                             num_epochs, verbose)
+    num_batches = len(train_iter)
+    warmup_steps = max(1, round(warmup_epochs * num_batches))
+    step = 0
+    for epoch in range(num_epochs):
+        npx.waitall()
+        timer = Timer()
+        # per-device running sums of loss and correct predictions: no barrier per step
+        sums = [np.zeros(2, ctx=d) for d in devices]
+        n = 0
+        for i, (features, labels) in enumerate(train_iter):
+            trainer.set_learning_rate(lr * min(1.0, (step + 1) / warmup_steps))
+            step += 1
+            X_shards, y_shards = split_batch(features, labels, devices)
+            with autograd.record():
+                preds = [net(X) for X in X_shards]
+                losses = [loss_fn(p, y) for p, y in zip(preds, y_shards)]
+            for loss in losses:
+                loss.backward()
+            trainer.step(labels.shape[0])
+            for k, (p, y, loss) in enumerate(zip(preds, y_shards, losses)):
+                hits = (p.argmax(axis=1).astype(y.dtype) == y).astype("float32").sum()
+                sums[k] += np.stack([loss.sum(), hits])
+            n += labels.shape[0]
+            if (i + 1) % max(1, num_batches // 5) == 0 and i + 1 < num_batches:
+                loss_sum, correct = sum(s.asnumpy() for s in sums)  # a barrier
+                progress.batch(epoch + (i + 1) / num_batches, loss_sum / n, correct / n)
+        npx.waitall()
+        seconds = timer.stop()
+        loss_sum, correct = sum(s.asnumpy() for s in sums)
+        progress.epoch(epoch + 1, float(loss_sum / n), float(correct / n),
+                       evaluate_accuracy_gpus(net, test_iter), seconds, n / seconds)
+    return progress.done()

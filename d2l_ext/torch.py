@@ -1,0 +1,419 @@
+"""The PyTorch half of d2l_ext: ``from d2l_ext import torch as d2l``.
+
+Works without torchvision, without d2l and with numpy 1 or 2.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.nn import functional as F
+from torch.utils import data
+
+from d2l_ext import fashion_mnist
+from d2l_ext.utils import Accumulator, Animator, Benchmark, Timer, TrainProgress, TrainResult
+
+__all__ = [
+    "Accumulator", "Animator", "Benchmark", "Timer", "TrainResult", "Residual",
+    "accuracy", "cpu", "evaluate_accuracy_gpu", "get_dataloader_workers", "gpu",
+    "load_data_fashion_mnist", "num_gpus", "resnet18", "split_batch", "train",
+    "try_all_devices", "try_all_gpus", "try_gpu",
+]
+
+
+# ---------------------------------------------------------------- devices
+def cpu() -> torch.device:
+    """The CPU device."""
+    return torch.device("cpu")
+
+
+def gpu(i: int = 0) -> torch.device:
+    """The ``i``-th GPU device (it need not exist)."""
+    return torch.device(f"cuda:{i}")
+
+
+def num_gpus() -> int:
+    """The number of available GPUs."""
+    return torch.cuda.device_count()
+
+
+def try_gpu(i: int = 0) -> torch.device:
+    """Return ``gpu(i)`` if it exists, otherwise ``cpu()``."""
+    return gpu(i) if num_gpus() >= i + 1 else cpu()
+
+
+def try_all_gpus() -> list[torch.device]:
+    """Return all available GPUs, or ``[cpu()]`` if there is none.
+
+    (d2l 1.0.3's docstring promises ``[cpu()]`` but its code returns ``[]``;
+    we keep the documented meaning so that ``train(net, try_all_gpus(), ...)``
+    works everywhere.)
+    """
+    return [gpu(i) for i in range(num_gpus())] or [cpu()]
+
+
+def try_all_devices(min_count: int = 2) -> list[torch.device]:
+    """All GPUs if there are at least ``min_count``, else ``min_count`` CPU stand-ins.
+
+    Each entry becomes one training process in :func:`train`, so on a machine
+    with fewer GPUs the multi-device code still runs (on CPU processes that
+    talk over gloo): this shows correctness, not speed.
+    """
+    gpus = [gpu(i) for i in range(num_gpus())]
+    return gpus if len(gpus) >= min_count else [cpu()] * min_count
+
+
+# ---------------------------------------------------------------- splitting
+def split_batch(X: torch.Tensor, y: torch.Tensor,
+                devices: Sequence[torch.device]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Split ``X`` and ``y`` into ``len(devices)`` shards, one on each device.
+
+    Shard sizes differ by at most one. Unlike d2l (``nn.parallel.scatter``)
+    this also works for CPU devices.
+    """
+    if X.shape[0] != y.shape[0]:
+        raise ValueError(f"X has {X.shape[0]} examples but y has {y.shape[0]}; "
+                         "they must have the same length.")
+    if len(devices) == 0:
+        raise ValueError("devices is empty; pass at least one device.")
+    if X.shape[0] < len(devices):
+        raise ValueError(f"cannot split {X.shape[0]} examples across {len(devices)} devices: "
+                         "use a batch with at least as many examples as devices.")
+    return ([x.to(d) for x, d in zip(torch.tensor_split(X, len(devices)), devices)],
+            [t.to(d) for t, d in zip(torch.tensor_split(y, len(devices)), devices)])
+
+
+# ---------------------------------------------------------------- models
+class Residual(nn.Module):
+    """The residual block of ResNet (d2l's, with lazy input sizes).
+
+    Give ``in_channels`` to build it eagerly (as :func:`resnet18` does), so that
+    its parameters exist before the first forward pass.
+    """
+
+    def __init__(self, num_channels: int, use_1x1conv: bool = False, strides: int = 1,
+                 in_channels: int | None = None) -> None:
+        super().__init__()
+
+        def conv(kernel_size: int, stride: int, padding: int, first: bool) -> nn.Module:
+            if first and in_channels is not None:
+                return nn.Conv2d(in_channels, num_channels, kernel_size, stride, padding)
+            if first:
+                return nn.LazyConv2d(num_channels, kernel_size, stride, padding)
+            return nn.Conv2d(num_channels, num_channels, kernel_size, stride, padding)
+
+        self.conv1 = conv(3, strides, 1, first=True)
+        self.conv2 = conv(3, 1, 1, first=False)
+        self.conv3 = conv(1, strides, 0, first=True) if use_1x1conv else None
+        self.bn1 = nn.BatchNorm2d(num_channels)
+        self.bn2 = nn.BatchNorm2d(num_channels)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        Y = F.relu(self.bn1(self.conv1(X)))
+        Y = self.bn2(self.conv2(Y))
+        if self.conv3 is not None:
+            X = self.conv3(X)
+        return F.relu(Y + X)
+
+
+def resnet18(num_classes: int, in_channels: int = 1) -> nn.Sequential:
+    """d2l's ResNet-18 variant for small images: 3x3 stem, stride 1, no max-pooling."""
+
+    def resnet_block(in_ch: int, out_ch: int, num_residuals: int,
+                     first_block: bool = False) -> nn.Sequential:
+        blk = []
+        for i in range(num_residuals):
+            if i == 0 and not first_block:
+                blk.append(Residual(out_ch, use_1x1conv=True, strides=2, in_channels=in_ch))
+            else:
+                blk.append(Residual(out_ch, in_channels=out_ch))
+        return nn.Sequential(*blk)
+
+    net = nn.Sequential(nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1),
+                        nn.BatchNorm2d(64), nn.ReLU())
+    net.add_module("resnet_block1", resnet_block(64, 64, 2, first_block=True))
+    net.add_module("resnet_block2", resnet_block(64, 128, 2))
+    net.add_module("resnet_block3", resnet_block(128, 256, 2))
+    net.add_module("resnet_block4", resnet_block(256, 512, 2))
+    net.add_module("global_avg_pool", nn.AdaptiveAvgPool2d((1, 1)))
+    net.add_module("fc", nn.Sequential(nn.Flatten(), nn.Linear(512, num_classes)))
+    return net
+
+
+# ---------------------------------------------------------------- data
+def get_dataloader_workers() -> int:
+    """Use 4 processes to read the data (as d2l)."""
+    return 4
+
+
+class FashionMNIST(data.Dataset):
+    """Fashion-MNIST as ``(1, H, W)`` float tensors in [0, 1] and int64 labels."""
+
+    def __init__(self, train: bool = True, resize: int | tuple[int, int] | None = None,
+                 root: str | os.PathLike | None = None, num_examples: int | None = None) -> None:
+        images, labels = fashion_mnist.load(train, root, num_examples)
+        self.images = torch.from_numpy(images.copy())
+        self.labels = torch.from_numpy(labels.astype("int64"))
+        self.resize = (resize, resize) if isinstance(resize, int) else resize
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.images[i].unsqueeze(0).float().div_(255)
+        if self.resize is not None:
+            x = F.interpolate(x[None], size=self.resize, mode="bilinear",
+                              align_corners=False, antialias=True)[0]
+        return x, self.labels[i]
+
+
+def load_data_fashion_mnist(batch_size: int, resize: int | tuple[int, int] | None = None, *,
+                            root: str | os.PathLike | None = None,
+                            num_workers: int | None = None, pin_memory: bool = False,
+                            persistent_workers: bool = False,
+                            num_train: int | None = None, num_test: int | None = None,
+                            ) -> tuple[data.DataLoader, data.DataLoader]:
+    """Load Fashion-MNIST into a training and a test ``DataLoader`` (as d2l).
+
+    The files are found as described in :mod:`d2l_ext.fashion_mnist` (``root``,
+    ``D2L_DATA_DIR``, the cache, Debian's package, then a download).
+    ``num_workers`` defaults to :func:`get_dataloader_workers`; ``num_train`` and
+    ``num_test`` keep only the first examples, for quick runs.
+    """
+    if num_workers is None:
+        num_workers = get_dataloader_workers()
+    options = dict(num_workers=num_workers, pin_memory=pin_memory,
+                   persistent_workers=persistent_workers and num_workers > 0)
+    train_set = FashionMNIST(True, resize, root, num_train)
+    test_set = FashionMNIST(False, resize, root, num_test)
+    return (data.DataLoader(train_set, batch_size, shuffle=True, **options),
+            data.DataLoader(test_set, batch_size, shuffle=False, **options))
+
+
+# ---------------------------------------------------------------- evaluation
+def accuracy(y_hat: torch.Tensor, y: torch.Tensor) -> float:
+    """The number of correct predictions."""
+    if y_hat.ndim > 1 and y_hat.shape[1] > 1:
+        y_hat = y_hat.argmax(dim=1)
+    return float((y_hat.type(y.dtype) == y).sum())
+
+
+def evaluate_accuracy_gpu(net: nn.Module, data_iter, device: torch.device | None = None) -> float:
+    """The accuracy of ``net`` on ``data_iter``, computed on ``device``.
+
+    ``device`` defaults to where the first parameter of ``net`` lives.
+    """
+    if isinstance(net, nn.Module):
+        net.eval()
+        if device is None:
+            device = next(iter(net.parameters())).device
+    metric = Accumulator(2)
+    with torch.no_grad():
+        for X, y in data_iter:
+            X, y = X.to(device), y.to(device)
+            metric.add(accuracy(net(X), y), y.numel())
+    return metric[0] / metric[1]
+
+
+# ---------------------------------------------------------------- training
+@dataclass
+class _Config:
+    batch_size: int
+    lr: float
+    num_epochs: int
+    warmup_epochs: float
+    num_train: int | None
+    num_test: int | None
+    num_workers: int
+    root: str | None
+    sync_bn: bool
+    seed: int
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _all_sum(values: list[float], device: torch.device, world_size: int) -> list[float]:
+    if world_size == 1:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _train_rank(rank: int, world_size: int, net: nn.Module, device: torch.device,
+                cfg: _Config, report) -> nn.Module:
+    """Train on one device; with ``world_size > 1`` as one rank of a DDP group."""
+    torch.manual_seed(cfg.seed)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if cfg.sync_bn and world_size > 1:
+        net = nn.SyncBatchNorm.convert_sync_batchnorm(net)
+    net = net.to(device)
+    model = (nn.parallel.DistributedDataParallel(net, device_ids=[device] if device.type == "cuda"
+                                                 else None)
+             if world_size > 1 else net)
+    train_set = FashionMNIST(True, None, cfg.root, cfg.num_train)
+    test_set = FashionMNIST(False, None, cfg.root, cfg.num_test)
+    if cfg.batch_size < world_size:
+        raise ValueError(f"batch_size {cfg.batch_size} is smaller than the {world_size} devices.")
+    per_rank = cfg.batch_size // world_size
+    sampler = (data.distributed.DistributedSampler(train_set, world_size, rank, seed=cfg.seed)
+               if world_size > 1 else data.RandomSampler(train_set))
+    options = dict(num_workers=cfg.num_workers, pin_memory=device.type == "cuda",
+                   persistent_workers=cfg.num_workers > 0)
+    train_iter = data.DataLoader(train_set, per_rank, sampler=sampler, **options)
+    # Each rank evaluates its own slice of the test set; the counts are summed.
+    test_iter = data.DataLoader(data.Subset(test_set, range(rank, len(test_set), world_size)),
+                                per_rank, **options)
+    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    warmup_steps = max(1, round(cfg.warmup_epochs * len(train_iter)))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup_steps))
+    loss_fn = nn.CrossEntropyLoss()
+    num_batches = len(train_iter)
+    for epoch in range(cfg.num_epochs):
+        if world_size > 1:
+            sampler.set_epoch(epoch)
+            dist.barrier()
+        _synchronize(device)
+        timer = Timer()
+        model.train()
+        metric = torch.zeros(3, dtype=torch.float64, device=device)
+        for i, (X, y) in enumerate(train_iter):
+            X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            y_hat = model(X)
+            loss = loss_fn(y_hat, y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            with torch.no_grad():
+                metric += torch.stack([loss.detach() * y.numel(),
+                                       (y_hat.argmax(1) == y).sum(),
+                                       torch.tensor(y.numel(), device=device)]).double()
+            if (i + 1) % max(1, num_batches // 5) == 0 and i + 1 < num_batches and rank == 0:
+                m = metric.tolist()  # a host-device sync, five times an epoch
+                report("batch", epoch + (i + 1) / num_batches, m[0] / m[2], m[1] / m[2])
+        _synchronize(device)
+        if world_size > 1:
+            dist.barrier()
+        seconds = timer.stop()
+        loss_sum, correct, n = _all_sum(metric.tolist(), device, world_size)
+        # evaluate_accuracy_gpu on this rank's slice, then sum over ranks
+        model.eval()
+        hits = Accumulator(2)
+        with torch.no_grad():
+            for X, y in test_iter:
+                X, y = X.to(device), y.to(device)
+                hits.add(accuracy(model(X), y), y.numel())
+        test_correct, test_n = _all_sum([hits[0], hits[1]], device, world_size)
+        if rank == 0:
+            report("epoch", epoch + 1, loss_sum / n, correct / n, test_correct / test_n,
+                   seconds, n / seconds)
+    return net
+
+
+def _spawned_rank(rank: int, world_size: int, net: nn.Module, devices: list[torch.device],
+                  cfg: _Config, port: int, queue) -> None:
+    device = devices[rank]
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}",
+                            rank=rank, world_size=world_size)
+    try:
+        net = _train_rank(rank, world_size, net, device, cfg, lambda *msg: queue.put(msg))
+        if rank == 0:  # bytes, not tensors: shared-memory tensors die with this process
+            buffer = io.BytesIO()
+            torch.save(net.state_dict(), buffer)
+            queue.put(("state", buffer.getvalue()))
+    finally:
+        dist.destroy_process_group()
+
+
+def _launched_by_torchrun() -> bool:
+    return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: float,
+          num_epochs: int = 10, *, warmup_epochs: float = 1.0,
+          num_train: int | None = None, num_test: int | None = None,
+          num_workers: int = 0, root: str | os.PathLike | None = None,
+          sync_bn: bool = False, seed: int = 0, verbose: bool = True) -> TrainResult:
+    """Train ``net`` on Fashion-MNIST with SGD on one device or several.
+
+    ``batch_size`` is the global minibatch: with ``k`` devices each device
+    gets ``batch_size // k`` examples a step, so scale ``lr`` with the batch.
+    The learning rate rises linearly from ``lr / steps`` to ``lr`` over the first
+    ``warmup_epochs`` epochs (a warm-up keeps large scaled rates stable).
+
+    * One device: trains in this process.
+    * Several devices: one process per device, started here, joined by
+      ``torch.distributed`` (NCCL on GPUs, gloo on CPU) and trained with
+      ``DistributedDataParallel``. The same device may appear several times
+      (e.g. ``[cpu(), cpu()]``: two CPU processes, for correctness, not speed).
+      The network's classes must be importable by the new processes (defined
+      in a module, not in a notebook cell).
+    * Started by ``torchrun``: this process is one rank and trains on
+      ``devices[LOCAL_RANK]``; rank 0 prints progress.
+
+    After training ``net`` holds the trained weights (rank 0's in a DDP run).
+    Returns per-epoch loss, accuracies, seconds and images per second; in a
+    notebook the curves are drawn live.
+    """
+    devices = [torch.device(d) for d in devices]
+    if not devices:
+        raise ValueError("devices is empty; pass at least one device, e.g. [d2l.try_gpu()].")
+    cfg = _Config(batch_size, lr, num_epochs, warmup_epochs, num_train, num_test, num_workers,
+                  None if root is None else str(root), sync_bn, seed)
+    progress = TrainProgress(TrainResult([str(d) for d in devices], batch_size, lr),
+                             num_epochs, verbose)
+
+    def report(kind: str, *values) -> None:
+        if kind == "state":
+            net.load_state_dict(torch.load(io.BytesIO(values[0]), map_location="cpu"))
+        else:
+            getattr(progress, kind)(*values)
+
+    if _launched_by_torchrun():
+        world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+        device = devices[int(os.environ["LOCAL_RANK"]) % len(devices)]
+        if world_size > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        _train_rank(rank, world_size, net, device, cfg,
+                    report if rank == 0 else lambda *msg: None)
+    elif len(devices) == 1:
+        _train_rank(0, 1, net, devices[0], cfg, report)
+    else:
+        ctx = mp.get_context("spawn")
+        queue = ctx.SimpleQueue()
+        procs = mp.start_processes(
+            _spawned_rank, args=(len(devices), net.cpu(), devices, cfg, _free_port(), queue),
+            nprocs=len(devices), join=False, start_method="spawn")
+        done = False
+        while not done:
+            while not queue.empty():
+                report(*queue.get())
+            done = procs.join(timeout=0.5)
+        while not queue.empty():
+            report(*queue.get())
+    if _launched_by_torchrun() and int(os.environ["RANK"]) != 0:
+        return progress.result
+    return progress.done()

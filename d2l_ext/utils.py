@@ -1,0 +1,227 @@
+"""Framework-free helpers: timing, accumulating and live plotting (d2l names)."""
+
+from __future__ import annotations
+
+import io
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+class Timer:
+    """Record multiple running times (wall clock)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.start()
+
+    def start(self) -> None:
+        """Start the timer."""
+        self.tik = time.perf_counter()
+
+    def stop(self) -> float:
+        """Stop the timer, record the time in a list and return it."""
+        self.times.append(time.perf_counter() - self.tik)
+        return self.times[-1]
+
+    def avg(self) -> float:
+        """Return the average time."""
+        return sum(self.times) / len(self.times)
+
+    def sum(self) -> float:
+        """Return the sum of time."""
+        return sum(self.times)
+
+    def cumsum(self) -> list[float]:
+        """Return the accumulated time."""
+        return np.array(self.times).cumsum().tolist()
+
+
+class Benchmark:
+    """Print the wall-clock time spent inside a ``with`` block.
+
+    It does *not* wait for the device: work that a framework has only queued
+    when the block ends is not counted. The chapter on asynchronous
+    computation relies on this; add an explicit barrier inside the block to
+    time the work itself.
+    """
+
+    def __init__(self, description: str = "Done") -> None:
+        self.description = description
+
+    def __enter__(self) -> Benchmark:
+        self.timer = Timer()
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        self.elapsed = self.timer.stop()
+        print(f"{self.description}: {self.elapsed:.4f} sec")
+
+
+class Accumulator:
+    """Accumulate sums over ``n`` variables."""
+
+    def __init__(self, n: int) -> None:
+        self.data = [0.0] * n
+
+    def add(self, *args: Any) -> None:
+        self.data = [a + float(b) for a, b in zip(self.data, args)]
+
+    def reset(self) -> None:
+        self.data = [0.0] * len(self.data)
+
+    def __getitem__(self, idx: int) -> float:
+        return self.data[idx]
+
+
+def in_notebook() -> bool:
+    """Whether the code runs in a Jupyter kernel (not a script or terminal IPython)."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    shell = ipython.get_ipython()
+    return shell is not None and hasattr(shell, "kernel")
+
+
+class Animator:
+    """Plot data incrementally: live in a notebook, silent in scripts.
+
+    In a Jupyter kernel the figure is shown once and updated in place on
+    every :meth:`add`. Elsewhere nothing is displayed and no window opens; the
+    data stay in ``X`` and ``Y`` and the figure in ``fig`` (``fig.savefig``).
+    """
+
+    def __init__(self, xlabel: str | None = None, ylabel: str | None = None,
+                 legend: Sequence[str] | None = None, xlim: Sequence[float] | None = None,
+                 ylim: Sequence[float] | None = None, xscale: str = "linear",
+                 yscale: str = "linear", fmts: Sequence[str] = ("-", "m--", "g-.", "r:"),
+                 nrows: int = 1, ncols: int = 1,
+                 figsize: tuple[float, float] = (3.5, 2.5)) -> None:
+        from matplotlib.figure import Figure  # no pyplot: never opens a window
+
+        self.fig = Figure(figsize=figsize)
+        axes = self.fig.subplots(nrows, ncols)
+        self.axes = list(np.ravel(axes)) if nrows * ncols > 1 else [axes]
+        self._config = dict(xlabel=xlabel, ylabel=ylabel, xlim=xlim, ylim=ylim,
+                            xscale=xscale, yscale=yscale, legend=list(legend or []))
+        self.X: list[list[float]] | None = None
+        self.Y: list[list[float]] | None = None
+        self.fmts = fmts
+        self._display = None
+
+    def _config_axes(self) -> None:
+        ax, c = self.axes[0], self._config
+        ax.set_xlabel(c["xlabel"])
+        ax.set_ylabel(c["ylabel"])
+        ax.set_xscale(c["xscale"])
+        ax.set_yscale(c["yscale"])
+        if c["xlim"] is not None:
+            ax.set_xlim(c["xlim"])
+        if c["ylim"] is not None:
+            ax.set_ylim(c["ylim"])
+        if c["legend"]:
+            ax.legend(c["legend"])
+        ax.grid(True)
+
+    def add(self, x: Any, y: Any) -> None:
+        """Add one point to each line; ``None`` values are skipped."""
+        if not hasattr(y, "__len__"):
+            y = [y]
+        n = len(y)
+        if not hasattr(x, "__len__"):
+            x = [x] * n
+        if not self.X:
+            self.X = [[] for _ in range(n)]
+        if not self.Y:
+            self.Y = [[] for _ in range(n)]
+        for i, (a, b) in enumerate(zip(x, y)):
+            if a is not None and b is not None:
+                self.X[i].append(float(a))
+                self.Y[i].append(float(b))
+        self.axes[0].cla()
+        for xs, ys, fmt in zip(self.X, self.Y, self.fmts):
+            self.axes[0].plot(xs, ys, fmt)
+        self._config_axes()
+        self.fig.tight_layout()
+        if in_notebook():
+            self._show()
+
+    def svg(self) -> str:
+        """The current figure as SVG text."""
+        buf = io.StringIO()
+        self.fig.savefig(buf, format="svg")
+        return buf.getvalue()
+
+    def _show(self) -> None:
+        from IPython.display import SVG, display
+
+        image = SVG(self.svg())
+        if self._display is None:
+            self._display = display(image, display_id=True)
+        else:
+            self._display.update(image)
+
+
+@dataclass
+class TrainResult:
+    """What a ``train`` run measured, one entry per epoch."""
+
+    devices: list[str]
+    batch_size: int
+    lr: float
+    train_loss: list[float] = field(default_factory=list)
+    train_acc: list[float] = field(default_factory=list)
+    test_acc: list[float] = field(default_factory=list)
+    epoch_seconds: list[float] = field(default_factory=list)
+    images_per_second: list[float] = field(default_factory=list)
+
+    @property
+    def sec_per_epoch(self) -> float:
+        """Mean seconds per epoch, leaving out the first (warm-up) epoch if there are more."""
+        times = self.epoch_seconds[1:] or self.epoch_seconds
+        return sum(times) / len(times)
+
+    def summary(self) -> str:
+        ips = sum(self.images_per_second) / len(self.images_per_second)
+        return (f"test acc {self.test_acc[-1]:.3f}, {self.sec_per_epoch:.1f} sec/epoch, "
+                f"{ips:.0f} images/sec on {len(self.devices)} x {self.devices[0]}")
+
+
+class TrainProgress:
+    """Fill a :class:`TrainResult`; show a live plot in a notebook, lines elsewhere."""
+
+    def __init__(self, result: TrainResult, num_epochs: int, verbose: bool = True) -> None:
+        self.result, self.verbose = result, verbose
+        self.animator = (Animator(xlabel="epoch", xlim=[0, num_epochs], ylim=[0, 1],
+                                  legend=["train loss", "train acc", "test acc"])
+                         if in_notebook() else None)
+
+    def batch(self, epoch: float, loss: float, train_acc: float) -> None:
+        """Progress within an epoch (``epoch`` is fractional)."""
+        if self.animator is not None:
+            self.animator.add(epoch, (loss, train_acc, None))
+
+    def epoch(self, epoch: int, loss: float, train_acc: float, test_acc: float,
+              seconds: float, images_per_second: float) -> None:
+        """The end of an epoch."""
+        r = self.result
+        r.train_loss.append(loss)
+        r.train_acc.append(train_acc)
+        r.test_acc.append(test_acc)
+        r.epoch_seconds.append(seconds)
+        r.images_per_second.append(images_per_second)
+        if self.animator is not None:
+            self.animator.add(epoch, (loss, train_acc, test_acc))
+        elif self.verbose:
+            print(f"epoch {epoch}: loss {loss:.3f}, train acc {train_acc:.3f}, "
+                  f"test acc {test_acc:.3f}, {seconds:.1f} sec, "
+                  f"{images_per_second:.0f} images/sec", flush=True)
+
+    def done(self) -> TrainResult:
+        if self.verbose:
+            print(self.result.summary())
+        return self.result
