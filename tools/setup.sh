@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Set up everything the book and its tests need, from scratch; safe to run again.
+#   .venv      Python 3.11: torch, MXNet 1.9.1 + numpy 1.23.5, d2l 1.0.3, Jupyter Book, tests
+#   .venv-np2  numpy 2 + torch only: the PyTorch half as readers on Colab have it
+# Debian packages: dataset-fashion-mnist (the data, offline) and chromium (site tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+    echo "setup.sh: Python 3.11 is needed (MXNet 1.9.1 needs numpy 1.23.5); set PYTHON=/path/to/python3.11" >&2
+    exit 1
+fi
+
+missing=()
+[ -d /usr/share/datasets/fashion-mnist ] || missing+=(dataset-fashion-mnist)
+command -v chromium >/dev/null || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    else
+        echo "setup.sh: please run: sudo apt-get install ${missing[*]}" >&2
+        exit 1
+    fi
+fi
+
+pip_install() {  # quiet; the log is shown only if pip fails
+    local log
+    log=$(mktemp)
+    if ! "$1"/bin/python -m pip install -q --disable-pip-version-check "${@:2}" >"$log" 2>&1; then
+        grep -v "^WARNING: Location" "$log" >&2
+        rm -f "$log"
+        return 1
+    fi
+    rm -f "$log"
+}
+
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+pip_install .venv -r requirements.txt
+pip_install .venv --no-deps -e .
+
+[ -x .venv-np2/bin/python ] || "$PYTHON" -m venv .venv-np2
+pip_install .venv-np2 "numpy>=2" torch==2.13.0 pytest==9.2.0 -e ".[torch]"
+.venv-np2/bin/python -c 'import numpy; assert numpy.__version__ >= "2", numpy.__version__'
+echo "setup.sh: environments ready (.venv, .venv-np2)"
