@@ -1,0 +1,63 @@
+"""Shared fixtures: an isolated download cache and the location of the real Fashion-MNIST."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy
+import pytest
+
+from d2l_ext import fashion_mnist
+
+#: MXNet 1.9.1 imports only with numpy < 1.24.
+NUMPY_TOO_NEW_FOR_MXNET = tuple(int(p) for p in numpy.__version__.split(".")[:2]) >= (1, 24)
+
+
+def _real_data_dir() -> Path | None:
+    """Where the real files are: D2L_DATA_DIR if set and complete, else Debian's copy."""
+    dirs = []
+    if os.environ.get("D2L_DATA_DIR"):
+        dirs.append(Path(os.environ["D2L_DATA_DIR"]))
+    dirs.append(fashion_mnist.DEBIAN_DIR)
+    for d in dirs:
+        if all(fashion_mnist._file_in(d, name) for name in fashion_mnist.FILES):
+            return d
+    return None
+
+
+REAL_DATA_DIR = _real_data_dir()
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Never read from or download into the user's ~/.cache during the tests."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
+
+@pytest.fixture(scope="session")
+def fmnist_dir() -> Path:
+    """The directory with the real Fashion-MNIST files (skips the test if there is none)."""
+    if REAL_DATA_DIR is None:
+        pytest.skip("Fashion-MNIST not found: apt-get install dataset-fashion-mnist "
+                    "or set D2L_DATA_DIR")
+    return REAL_DATA_DIR
+
+
+@pytest.fixture(scope="session")
+def numpy_too_new() -> bool:
+    """Whether numpy is too new for MXNet 1.9.1 (>= 1.24)."""
+    return NUMPY_TOO_NEW_FOR_MXNET
+
+
+@pytest.fixture(scope="session")
+def run_python():
+    """``run_python(code)``: run ``code`` in a fresh interpreter of this environment."""
+
+    def run(code: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=120)
+
+    return run

@@ -1,0 +1,24 @@
+"""Tiny networks for the training tests.
+
+They live in a module (not in a test function) so that the processes that
+``d2l_ext.torch.train`` spawns can unpickle them. The frameworks are imported
+inside the factories: importing this module imports neither.
+"""
+
+
+def tiny_torch_cnn():
+    """Conv(8) + BatchNorm + ReLU + 4x4 max-pool + Linear: about 4,000 parameters."""
+    from torch import nn
+
+    return nn.Sequential(nn.Conv2d(1, 8, kernel_size=3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                         nn.MaxPool2d(4), nn.Flatten(), nn.Linear(8 * 7 * 7, 10))
+
+
+def tiny_mxnet_cnn():
+    """The same network in Gluon (shapes are inferred on the first forward pass)."""
+    from mxnet.gluon import nn
+
+    net = nn.Sequential()
+    net.add(nn.Conv2D(8, kernel_size=3, padding=1), nn.BatchNorm(), nn.Activation("relu"),
+            nn.MaxPool2D(pool_size=4), nn.Dense(10))
+    return net

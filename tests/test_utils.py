@@ -1,0 +1,282 @@
+"""d2l_ext.utils: Timer, Benchmark, Accumulator, Animator, TrainProgress/TrainResult."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+import types
+
+import numpy as np
+import pytest
+
+from d2l_ext import utils
+from d2l_ext.utils import (
+    Accumulator,
+    Animator,
+    Benchmark,
+    Timer,
+    TrainProgress,
+    TrainResult,
+    in_notebook,
+)
+
+
+class FakeClock:
+    """Stands in for the ``time`` module: perf_counter returns the given ticks in turn."""
+
+    def __init__(self, *ticks: float) -> None:
+        self._ticks = iter(ticks)
+
+    def perf_counter(self) -> float:
+        return next(self._ticks)
+
+
+# ---------------------------------------------------------------- Timer
+def test_timer_records_each_interval(monkeypatch):
+    monkeypatch.setattr(utils, "time", FakeClock(10.0, 11.0, 20.0, 23.0, 30.0, 32.0))
+    timer = Timer()  # starts itself
+    assert timer.stop() == 1.0
+    timer.start()
+    assert timer.stop() == 3.0
+    timer.start()
+    timer.stop()
+    assert timer.times == [1.0, 3.0, 2.0]
+    assert timer.sum() == 6.0
+    assert timer.avg() == 2.0
+    assert timer.cumsum() == [1.0, 4.0, 6.0]
+
+
+def test_timer_measures_wall_clock():
+    timer = Timer()
+    time.sleep(0.02)
+    assert timer.stop() >= 0.015
+
+
+# ---------------------------------------------------------------- Benchmark
+def test_benchmark_prints_description_and_time(capsys, monkeypatch):
+    monkeypatch.setattr(utils, "time", FakeClock(5.0, 6.23456))
+    with Benchmark("matmul") as bench:
+        pass
+    assert capsys.readouterr().out == "matmul: 1.2346 sec\n"
+    assert bench.elapsed == pytest.approx(1.23456)
+
+
+def test_benchmark_default_description(capsys):
+    with Benchmark():
+        pass
+    assert re.fullmatch(r"Done: \d+\.\d{4} sec\n", capsys.readouterr().out)
+
+
+def test_benchmark_measures_a_sleep(capsys):
+    with Benchmark("sleep") as bench:
+        time.sleep(0.05)
+    out = capsys.readouterr().out
+    assert bench.elapsed >= 0.045
+    assert out == f"sleep: {bench.elapsed:.4f} sec\n"
+
+
+def test_utils_imports_no_framework_and_no_pyplot(run_python):
+    """Benchmark cannot synchronise a device, and Animator opens no pyplot window."""
+    code = (
+        "import sys, time\n"
+        "from d2l_ext.utils import Animator, Benchmark\n"
+        "with Benchmark('x'):\n"
+        "    time.sleep(0.001)\n"
+        "a = Animator(legend=['a', 'b'])\n"
+        "a.add(1, (2, 3))\n"
+        "assert '<svg' in a.svg()\n"
+        "print(sorted(m for m in ('torch', 'mxnet', 'matplotlib.pyplot', 'IPython')"
+        " if m in sys.modules))\n"
+    )
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[]"
+
+
+# ---------------------------------------------------------------- Accumulator
+def test_accumulator_add_getitem_reset():
+    acc = Accumulator(3)
+    assert acc.data == [0.0, 0.0, 0.0]
+    acc.add(1, 2, 3)
+    acc.add(0.5, np.float32(1.5), np.int64(2))
+    assert acc.data == [1.5, 3.5, 5.0]
+    assert (acc[0], acc[1], acc[2]) == (1.5, 3.5, 5.0)
+    assert all(type(v) is float for v in acc.data)
+    acc.reset()
+    assert acc.data == [0.0, 0.0, 0.0]
+
+
+# ---------------------------------------------------------------- Animator
+def test_animator_keeps_data_like_d2l():
+    animator = Animator(xlabel="epoch", legend=["loss", "train acc", "test acc"])
+    animator.add(1, (0.5, 0.6, None))  # None: no point for that line
+    animator.add(2, (0.4, 0.7, 0.8))
+    assert animator.X == [[1.0, 2.0], [1.0, 2.0], [2.0]]
+    assert animator.Y == [[0.5, 0.4], [0.6, 0.7], [0.8]]
+    ax = animator.axes[0]
+    assert len(ax.get_lines()) == 3
+    assert ax.get_xlabel() == "epoch"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["loss", "train acc",
+                                                                   "test acc"]
+
+
+def test_animator_scalar_and_sequence_x():
+    animator = Animator()
+    animator.add(0, 1)
+    animator.add(np.float32(1), np.float64(2))
+    assert animator.X == [[0.0, 1.0]]
+    assert animator.Y == [[1.0, 2.0]]
+    two = Animator()
+    two.add((1, 2), (3, 4))
+    assert two.X == [[1.0], [2.0]]
+    assert two.Y == [[3.0], [4.0]]
+
+
+def test_animator_subplots():
+    animator = Animator(nrows=2, ncols=2)
+    assert len(animator.axes) == 4
+
+
+def test_animator_displays_nothing_outside_a_notebook(capsys):
+    assert not in_notebook()
+    animator = Animator(xlim=[0, 3], ylim=[0, 1])
+    animator.add(1, 0.5)
+    animator.add(2, 0.25)
+    assert capsys.readouterr() == ("", "")
+    assert animator._display is None
+    assert tuple(animator.axes[0].get_xlim()) == (0, 3)
+
+
+def test_animator_svg():
+    animator = Animator()
+    animator.add(1, 2)
+    svg = animator.svg()
+    assert svg.lstrip().startswith("<?xml")
+    assert "<svg" in svg and svg.rstrip().endswith("</svg>")
+
+
+class FakeHandle:
+    def __init__(self) -> None:
+        self.updates: list = []
+
+    def update(self, obj) -> None:
+        self.updates.append(obj)
+
+
+@pytest.fixture
+def fake_notebook(monkeypatch):
+    """Pretend to run in a Jupyter kernel; record what is displayed.
+
+    Uses the real IPython when installed (patching ``get_ipython`` and
+    ``display``), otherwise stub modules.
+    """
+    try:
+        import IPython
+        import IPython.display
+    except ImportError:
+        IPython = types.ModuleType("IPython")
+        IPython.display = types.ModuleType("IPython.display")
+
+        class SVG:
+            def __init__(self, data: str) -> None:
+                self.data = data
+
+        IPython.display.SVG = SVG
+        monkeypatch.setitem(sys.modules, "IPython", IPython)
+        monkeypatch.setitem(sys.modules, "IPython.display", IPython.display)
+    shown = types.SimpleNamespace(calls=[], handle=FakeHandle())
+
+    def display(obj, display_id=None):
+        shown.calls.append((obj, display_id))
+        return shown.handle
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: types.SimpleNamespace(kernel=object()),
+                        raising=False)
+    monkeypatch.setattr(IPython.display, "display", display, raising=False)
+    return shown
+
+
+def test_in_notebook_needs_a_kernel(fake_notebook, monkeypatch):
+    assert in_notebook()
+    # terminal IPython: a shell without a kernel
+    monkeypatch.setattr(sys.modules["IPython"], "get_ipython", lambda: types.SimpleNamespace())
+    assert not in_notebook()
+    monkeypatch.setattr(sys.modules["IPython"], "get_ipython", lambda: None)
+    assert not in_notebook()
+
+
+def test_animator_in_notebook_displays_once_then_updates(fake_notebook, capsys):
+    animator = Animator()
+    animator.add(1, 0.5)
+    assert len(fake_notebook.calls) == 1
+    image, display_id = fake_notebook.calls[0]
+    assert display_id is True
+    assert "<svg" in image.data
+    assert fake_notebook.handle.updates == []
+    animator.add(2, 0.25)
+    animator.add(3, 0.125)
+    assert len(fake_notebook.calls) == 1
+    assert len(fake_notebook.handle.updates) == 2
+    assert "<svg" in fake_notebook.handle.updates[-1].data
+    assert capsys.readouterr().out == ""
+
+
+# ---------------------------------------------------------------- TrainResult / TrainProgress
+def make_result(**kwargs) -> TrainResult:
+    return TrainResult(["cuda:0", "cuda:1"], 256, 0.1, **kwargs)
+
+
+def test_sec_per_epoch_leaves_out_the_first_epoch():
+    assert make_result(epoch_seconds=[10.0, 2.0, 4.0]).sec_per_epoch == 3.0
+    assert make_result(epoch_seconds=[5.0]).sec_per_epoch == 5.0
+
+
+def test_summary():
+    result = make_result(test_acc=[0.5, 0.75], epoch_seconds=[10.0, 3.0],
+                         images_per_second=[1000.0, 2000.0])
+    assert result.summary() == "test acc 0.750, 3.0 sec/epoch, 1500 images/sec on 2 x cuda:0"
+
+
+def test_train_progress_fills_the_result(capsys):
+    result = make_result()
+    progress = TrainProgress(result, num_epochs=2)
+    assert progress.animator is None
+    progress.batch(0.5, 2.0, 0.3)  # outside a notebook: not shown
+    assert capsys.readouterr().out == ""
+    progress.epoch(1, 1.5, 0.4, 0.5, 10.0, 6000.0)
+    progress.epoch(2, 0.5, 0.8, 0.7, 2.0, 30000.0)
+    assert result.train_loss == [1.5, 0.5]
+    assert result.train_acc == [0.4, 0.8]
+    assert result.test_acc == [0.5, 0.7]
+    assert result.epoch_seconds == [10.0, 2.0]
+    assert result.images_per_second == [6000.0, 30000.0]
+    assert capsys.readouterr().out.splitlines() == [
+        "epoch 1: loss 1.500, train acc 0.400, test acc 0.500, 10.0 sec, 6000 images/sec",
+        "epoch 2: loss 0.500, train acc 0.800, test acc 0.700, 2.0 sec, 30000 images/sec",
+    ]
+    assert progress.done() is result
+    assert capsys.readouterr().out == result.summary() + "\n"
+    assert result.sec_per_epoch == 2.0
+
+
+def test_train_progress_quiet(capsys):
+    result = make_result()
+    progress = TrainProgress(result, num_epochs=1, verbose=False)
+    progress.epoch(1, 1.0, 0.5, 0.5, 1.0, 100.0)
+    assert progress.done() is result
+    assert result.test_acc == [0.5]
+    assert capsys.readouterr().out == ""
+
+
+def test_train_progress_in_notebook_plots(fake_notebook, capsys):
+    result = make_result()
+    progress = TrainProgress(result, num_epochs=2)
+    assert progress.animator is not None
+    progress.batch(0.5, 2.0, 0.3)
+    progress.epoch(1, 1.5, 0.4, 0.5, 10.0, 6000.0)
+    assert progress.animator.X == [[0.5, 1.0], [0.5, 1.0], [1.0]]
+    assert progress.animator.Y == [[2.0, 1.5], [0.3, 0.4], [0.5]]
+    assert len(fake_notebook.calls) == 1 and len(fake_notebook.handle.updates) == 1
+    assert result.test_acc == [0.5]
+    assert capsys.readouterr().out == ""  # the plot replaces the per-epoch line

@@ -1,0 +1,138 @@
+// Framework tabs (synced on the page, remembered across pages), language switch,
+// and notebook links. Data comes from <meta name="book-..."> tags (book_ext.py).
+(function () {
+  "use strict";
+  const FRAMEWORKS = ["torch", "mxnet"];
+  const NAMES = { torch: "PyTorch", mxnet: "MXNet" };
+  const KEY = "book-framework";
+  const meta = (name) => {
+    const el = document.querySelector(`meta[name="book-${name}"]`);
+    return el ? el.content : null;
+  };
+  const lang = meta("lang") || "en";
+  const TEXT = {
+    en: {
+      none: (fw) => `This step has no ${NAMES[fw]} code.`,
+      launch: { torch: "Open in Colab", mxnet: "Open in SageMaker Studio Lab" },
+      download: (fw) => `${NAMES[fw]} notebook (.ipynb)`,
+      other: "中文",
+      framework: "Framework:",
+    },
+    zh: {
+      none: (fw) => `这一步没有 ${NAMES[fw]} 代码。`,
+      launch: { torch: "在 Colab 中打开", mxnet: "在 SageMaker Studio Lab 中打开" },
+      download: (fw) => `${NAMES[fw]} 笔记本 (.ipynb)`,
+      other: "English",
+      framework: "框架：",
+    },
+  }[lang];
+
+  function frameworkOf(el) {
+    for (const fw of FRAMEWORKS) {
+      if (el.classList.contains(`tag_${fw}`) || el.classList.contains(`fw-${fw}`)) return fw;
+    }
+    return null;
+  }
+
+  function current() {
+    let saved = null;
+    try { saved = localStorage.getItem(KEY); } catch (e) { /* storage blocked */ }
+    return FRAMEWORKS.includes(saved) ? saved : FRAMEWORKS[0];
+  }
+
+  function tabBar() {
+    const bar = document.createElement("div");
+    bar.className = "fw-tabs";
+    bar.setAttribute("role", "tablist");
+    for (const fw of FRAMEWORKS) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "fw-tab";
+      button.dataset.fw = fw;
+      button.setAttribute("role", "tab");
+      button.textContent = NAMES[fw];
+      button.addEventListener("click", () => select(fw));
+      bar.appendChild(button);
+    }
+    return bar;
+  }
+
+  // Consecutive framework-specific siblings form one tab group.
+  function buildGroups() {
+    const selector = FRAMEWORKS.map((fw) => `.tag_${fw}, .fw-${fw}`).join(", ");
+    const grouped = new Set();
+    for (const first of Array.from(document.querySelectorAll(selector))) {
+      if (grouped.has(first)) continue;
+      const group = [first];
+      let next = first.nextElementSibling;
+      while (next && frameworkOf(next)) { group.push(next); next = next.nextElementSibling; }
+      group.forEach((el) => grouped.add(el));
+      const wrapper = document.createElement("div");
+      wrapper.className = "fw-group";
+      first.parentNode.insertBefore(wrapper, first);
+      wrapper.appendChild(tabBar());
+      group.forEach((el) => wrapper.appendChild(el));
+      for (const fw of FRAMEWORKS) {
+        if (!group.some((el) => frameworkOf(el) === fw)) {
+          const none = document.createElement("p");
+          none.className = `fw-none fw-${fw}`;
+          none.textContent = TEXT.none(fw);
+          wrapper.appendChild(none);
+        }
+      }
+    }
+  }
+
+  function select(fw) {
+    try { localStorage.setItem(KEY, fw); } catch (e) { /* storage blocked */ }
+    document.querySelectorAll(".fw-group > *, .book-bar .fw-only").forEach((el) => {
+      const owner = frameworkOf(el);
+      if (owner) el.classList.toggle("fw-hidden", owner !== fw);
+    });
+    document.querySelectorAll(".fw-tab").forEach((tab) => {
+      const on = tab.dataset.fw === fw;
+      tab.classList.toggle("active", on);
+      tab.setAttribute("aria-selected", on ? "true" : "false");
+    });
+  }
+
+  function link(href, text, cls) {
+    const a = document.createElement("a");
+    a.href = href;
+    a.textContent = text;
+    a.className = cls;
+    return a;
+  }
+
+  function buildBar() {
+    const bar = document.createElement("div");
+    bar.className = "book-bar";
+    const label = document.createElement("span");
+    label.textContent = TEXT.framework;
+    bar.appendChild(label);
+    bar.appendChild(tabBar());
+    for (const fw of FRAMEWORKS) {
+      const launch = meta(`${fw}-launch`);
+      if (!launch) continue;
+      const a = link(launch, TEXT.launch[fw], `book-launch fw-only fw-${fw}`);
+      a.target = "_blank";
+      a.rel = "noopener";
+      bar.appendChild(a);
+      const d = link(meta(`${fw}-download`), TEXT.download(fw), `book-download fw-only fw-${fw}`);
+      d.setAttribute("download", "");
+      bar.appendChild(d);
+    }
+    const other = meta("other-lang-url");
+    if (other) bar.appendChild(link(other, TEXT.other, "book-lang"));
+    const article = document.querySelector("article.bd-article") || document.querySelector("main");
+    if (article) article.insertBefore(bar, article.firstChild);
+  }
+
+  function init() {
+    buildGroups();
+    buildBar();
+    select(current());
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();
