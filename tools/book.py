@@ -369,7 +369,7 @@ def _write_edition(lang: str) -> Path:
     sphinx["config"]["book_other_lang"] = LANGUAGES[lang]["other"]
     sphinx["config"]["book_root"] = str(ROOT)
     sphinx["config"]["html_static_path"] = [str(STATIC)]
-    sphinx.setdefault("local_extensions", {})["book_ext"] = str(STATIC)
+    sphinx.setdefault("local_extensions", {})["book_ext"] = str(STATIC.parent / "sphinx_ext")
     (src / "_config.yml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
     shutil.copy(ROOT / "_toc.yml", src / "_toc.yml")
     shutil.copy(CHAPTERS / lang / "index.md", src / "index.md")
@@ -392,7 +392,7 @@ def build() -> Path:
     for lang in LANGUAGES:
         src = _write_edition(lang)
         out = BUILD / "jb" / lang
-        cmd = [sys.executable, "-m", "jupyter_book.cli.main", "build", str(src), "--all",
+        cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(src), "--all",
                "-n", "-W", "--keep-going", "--path-output", str(out)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:

@@ -27,6 +27,17 @@ def _page_context(app, pagename: str, templatename: str, context: dict, doctree)
             host = ("https://colab.research.google.com/github" if fw == "torch"
                     else "https://studiolab.sagemaker.aws/import/github")
             meta[f"{fw}-launch"] = f"{host}/{slug}/blob/{branch}/{rel}"
+    # sphinx-thebe registers its inline configuration script twice under Jupyter Book 1,
+    # which makes browsers report a redeclared constant: keep one copy of each script.
+    if "script_files" in context:
+        seen, unique = set(), []
+        for js in context["script_files"]:
+            key = (str(getattr(js, "filename", js) or ""),
+                   tuple(sorted(getattr(js, "attributes", {}).items())))
+            if key not in seen:
+                seen.add(key)
+                unique.append(js)
+        context["script_files"] = unique
     tags = "".join(f'<meta name="book-{k}" content="{v}">\n' for k, v in meta.items())
     context["metatags"] = context.get("metatags", "") + tags
 

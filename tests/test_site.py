@@ -1,0 +1,185 @@
+"""The built website, in a real browser (Debian's chromium driven by Playwright)."""
+
+import functools
+import http.server
+import shutil
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = ROOT / "_build" / "site"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+PAGE = "chapters/async-computation.html"
+
+playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+
+
+@pytest.fixture(scope="module")
+def site_url():
+    if not (SITE / "index.html").exists():
+        sys.path.insert(0, str(ROOT / "tools"))
+        import book
+        book.build()
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(SITE))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail("chromium is missing: apt-get install chromium (tools/setup.sh does)")
+    with playwright.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context()
+    page = context.new_page()
+    page.errors, external = [], []
+
+    def on_console(message):
+        text = message.text
+        # Without internet, CDN resources (MathJax) cannot load: not an error of the site.
+        if text.startswith("Failed to load resource: net::") and external:
+            return
+        # pydata-sphinx-theme logs this on a first visit (no saved light/dark mode).
+        if text == "Got invalid theme mode: . Resetting to auto.":
+            return
+        if message.type == "error":
+            page.errors.append(text)
+
+    def on_failed(request):
+        if urlparse(request.url).hostname != "127.0.0.1":
+            external.append(request.url)
+        else:
+            page.errors.append(f"failed to load {request.url}")
+
+    page.on("console", on_console)
+    page.on("requestfailed", on_failed)
+    page.on("response", lambda r: r.status >= 400 and page.errors.append(f"{r.status} {r.url}"))
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    yield page
+    context.close()
+
+
+def _visible(page, selector):
+    return page.eval_on_selector_all(
+        selector, "els => els.map(e => e.offsetParent !== null || e.getClientRects().length > 0)")
+
+
+def test_root_page_offers_both_languages(page, site_url):
+    page.goto(f"{site_url}/index.html")
+    hrefs = page.eval_on_selector_all(".lang-choice a", "els => els.map(e => e.href)")
+    assert [urlparse(h).path for h in hrefs] == ["/en/index.html", "/zh/index.html"]
+    for href in hrefs:
+        assert page.request.get(href).ok
+
+
+def test_tabs_switch_every_group_and_are_remembered(page, site_url):
+    page.goto(f"{site_url}/en/{PAGE}")
+    assert page.locator(".fw-group").count() >= 5
+    assert all(_visible(page, ".fw-group > .tag_torch"))
+    assert not any(_visible(page, ".fw-group > .tag_mxnet"))
+    assert all(_visible(page, ".fw-group > .fw-torch"))  # framework-specific prose
+
+    page.locator(".fw-group .fw-tab[data-fw=mxnet]").nth(2).click()
+    assert not any(_visible(page, ".fw-group > .tag_torch"))
+    assert all(_visible(page, ".fw-group > .tag_mxnet"))
+    assert not any(_visible(page, ".fw-group > .fw-torch"))
+    active = page.eval_on_selector_all(".fw-tab.active", "els => els.map(e => e.dataset.fw)")
+    assert set(active) == {"mxnet"}
+
+    page.reload()
+    assert all(_visible(page, ".fw-group > .tag_mxnet"))
+    assert not any(_visible(page, ".fw-group > .tag_torch"))
+
+    page.goto(f"{site_url}/zh/{PAGE}")  # another page remembers it too
+    assert all(_visible(page, ".fw-group > .tag_mxnet"))
+    assert not any(_visible(page, ".fw-group > .tag_torch"))
+    assert page.errors == []
+
+
+def test_one_framework_cell_hides_completely(page, site_url):
+    page.goto(f"{site_url}/en/{PAGE}")
+    page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
+    # the set_sync_debug_mode cell exists for PyTorch only (d2l-en #1479)
+    cell = page.locator(".tag_torch", has_text="set_sync_debug_mode")
+    assert cell.count() == 1
+    assert not cell.is_visible()
+    assert not page.get_by_text("set_sync_debug_mode(\"warn\")").first.is_visible()
+    page.locator(".book-bar .fw-tab[data-fw=torch]").click()
+    assert cell.is_visible()
+
+
+def test_a_group_without_one_framework_says_so(page, site_url):
+    page.goto(f"{site_url}/en/{PAGE}")
+    groups = page.eval_on_selector_all(
+        ".fw-group", "gs => gs.map(g => [g.querySelectorAll('.tag_torch, .fw-torch').length,"
+        " g.querySelectorAll('.tag_mxnet, .fw-mxnet').length])")
+    # every group offers content or an explicit note for both frameworks
+    assert all(t > 0 and m > 0 for t, m in groups)
+
+
+def test_language_switch_lands_on_the_same_chapter(page, site_url):
+    page.goto(f"{site_url}/en/{PAGE}")
+    page.locator(".book-lang").click()
+    page.wait_for_load_state()
+    assert urlparse(page.url).path == f"/zh/{PAGE}"
+    assert "异步计算" in page.title()
+    page.locator(".book-lang").click()
+    page.wait_for_load_state()
+    assert urlparse(page.url).path == f"/en/{PAGE}"
+    assert page.errors == []
+
+
+def test_launch_and_download_links_point_at_existing_notebooks(page, site_url):
+    for lang in ("en", "zh"):
+        page.goto(f"{site_url}/{lang}/{PAGE}")
+        launches = page.eval_on_selector_all(".book-launch", "els => els.map(e => e.href)")
+        assert len(launches) == 2
+        assert launches[0].startswith("https://colab.research.google.com/github/")
+        assert launches[1].startswith("https://studiolab.sagemaker.aws/import/github/")
+        for href, fw in zip(launches, ("torch", "mxnet")):
+            path = href.split("/blob/", 1)[1].split("/", 1)[1]
+            assert path == f"notebooks/{lang}/{fw}/async-computation.ipynb"
+            assert (ROOT / path).is_file()
+        downloads = page.eval_on_selector_all(".book-download", "els => els.map(e => e.href)")
+        assert len(downloads) == 2
+        for href in downloads:
+            response = page.request.get(href)
+            assert response.ok and '"nbformat"' in response.text()
+
+
+def test_images_load_and_no_console_errors(page, site_url):
+    for lang in ("en", "zh"):
+        page.goto(f"{site_url}/{lang}/{PAGE}")
+        page.wait_for_load_state("load")
+        sizes = page.eval_on_selector_all(
+            "article img", "els => els.map(e => [e.getAttribute('src'), e.naturalWidth])")
+        assert len(sizes) >= 3
+        assert all(width > 0 for _, width in sizes), sizes
+    assert page.errors == []
+
+
+def test_page_names_the_machine_of_its_outputs(page, site_url):
+    page.goto(f"{site_url}/en/{PAGE}")
+    note = page.locator(".fw-torch", has_text="real run on").first
+    assert note.is_visible()
+    assert "PyTorch" in note.inner_text()
