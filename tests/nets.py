@@ -14,6 +14,13 @@ def tiny_torch_cnn():
                          nn.MaxPool2d(4), nn.Flatten(), nn.Linear(8 * 7 * 7, 10))
 
 
+def linear_torch_net():
+    """Softmax regression: no BatchNorm, so one SGD step is easy to compute by hand."""
+    from torch import nn
+
+    return nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 10))
+
+
 def tiny_mxnet_cnn():
     """The same network in Gluon (shapes are inferred on the first forward pass)."""
     from mxnet.gluon import nn

@@ -143,7 +143,7 @@ def install_cell(framework: str) -> nbformat.NotebookNode:
     """The first cell: installs d2l_ext where it is missing (Colab, Studio Lab)."""
     slug, branch = repository()
     extra = "torch" if framework == "torch" else "mxnet"
-    lines = ["# Installs what Colab / SageMaker Studio Lab lack; does nothing where d2l_ext is there."]
+    lines = ["# Installs what Colab / SageMaker Studio Lab lack; nothing where d2l_ext is there."]
     if framework == "mxnet":
         lines.append("# MXNet 1.9.1 needs Python 3.11 and numpy < 1.24 (numpy 1.23.5).")
     lines += ["import importlib.util",
@@ -157,7 +157,8 @@ def install_cell(framework: str) -> nbformat.NotebookNode:
 def split(chapter: Chapter, framework: str) -> nbformat.NotebookNode:
     """The unexecuted notebook of one framework."""
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
     title_done = False
     for index, cell in enumerate(chapter.cells):
@@ -289,8 +290,9 @@ def _title_index(nb: nbformat.NotebookNode) -> int:
 
 
 def run_note(run: dict, lang: str) -> str:
-    size = {"en": {"full": "full size", "smoke": "smoke size (a quick, reduced run)"},
-            "zh": {"full": "完整规模", "smoke": "冒烟测试规模（缩小的快速运行）"}}[lang][run["size"]]
+    sizes = {"en": {"full": "full size", "smoke": "smoke size (a quick, reduced run)"},
+             "zh": {"full": "完整规模", "smoke": "冒烟测试规模（缩小的快速运行）"}}
+    size = sizes[lang][run["size"]]
     if lang == "zh":
         return (f"> 本页输出来自一次真实运行：{run['machine']}，{run['framework']}，"
                 f"Python {run['python']}，{run['date']}，{size}。")
@@ -345,6 +347,11 @@ def merge(chapter: Chapter) -> nbformat.NotebookNode:
                 page.cells.append(nbformat.v4.new_markdown_cell(notes))
                 title_done = True
             continue
+        if cell.framework is None and _same_outputs(*(by_index[fw][index] for fw in FRAMEWORKS)):
+            shared = copy.deepcopy(by_index[FRAMEWORKS[0]][index])
+            shared.metadata.pop("d2l_ext", None)
+            page.cells.append(shared)  # one cell, no tabs
+            continue
         for fw in FRAMEWORKS:
             if cell.framework in (None, fw):
                 executed = copy.deepcopy(by_index[fw][index])
@@ -352,6 +359,12 @@ def merge(chapter: Chapter) -> nbformat.NotebookNode:
                 executed.metadata.pop("d2l_ext", None)
                 page.cells.append(executed)
     return page
+
+
+def _same_outputs(a: nbformat.NotebookNode, b: nbformat.NotebookNode) -> bool:
+    def strip(cell):
+        return [{k: v for k, v in o.items() if k != "execution_count"} for o in cell.outputs]
+    return strip(a) == strip(b)
 
 
 def _write_edition(lang: str) -> Path:
@@ -373,6 +386,7 @@ def _write_edition(lang: str) -> Path:
     (src / "_config.yml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
     shutil.copy(ROOT / "_toc.yml", src / "_toc.yml")
     shutil.copy(CHAPTERS / lang / "index.md", src / "index.md")
+    shutil.copy(STATIC / "favicon.svg", src / "favicon.svg")
     if (CHAPTERS / lang / "img").exists():
         shutil.copytree(CHAPTERS / lang / "img", src / "chapters" / "img")
     for chapter in chapters(lang):
@@ -406,6 +420,7 @@ def build() -> Path:
                 shutil.copy(notebook_path(chapter, fw), dest)
     shutil.copy(STATIC / "root.html", site / "index.html")
     shutil.copy(STATIC / "book.css", site / "book.css")
+    shutil.copy(STATIC / "favicon.svg", site / "favicon.svg")
     return site
 
 

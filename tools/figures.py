@@ -25,15 +25,18 @@ TEXT = {
     },
 }
 
+FONTS = "'Noto Sans','Noto Sans CJK SC','PingFang SC','Microsoft YaHei',sans-serif"
 STYLE = """<style>
-text{font-family:'Noto Sans','Noto Sans CJK SC','PingFang SC','Microsoft YaHei',sans-serif;font-size:14px;fill:#222}
+text{font-family:FONTS;font-size:14px;fill:#222}
 .box{fill:#e8f3f6;stroke:#0a7d91;stroke-width:1.5}
 .back{fill:#fdf1e6;stroke:#c46a12;stroke-width:1.5}
 .arrow{stroke:#444;stroke-width:1.5;fill:none;marker-end:url(#head)}
 .title{font-weight:bold;font-size:15px}
 .small{font-size:12px;fill:#555}
 </style>
-<defs><marker id="head" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#444"/></marker></defs>"""
+<defs><marker id="head" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7"
+ orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#444"/></marker></defs>""".replace(
+    "FONTS", FONTS)
 
 
 def svg(width: int, height: int, body: str) -> str:
