@@ -75,26 +75,32 @@ def _complete(directory: Path) -> bool:
     return all(_file_in(directory, name) for name in FILES)
 
 
-def _decompressed(path: Path) -> bytes:
-    raw = path.read_bytes()
+_REMEDY = ("Delete it (it is downloaded again on the next call) or reinstall the Debian "
+           "package dataset-fashion-mnist.")
+
+
+def _decompressed(raw: bytes, where: str, remedy: str) -> bytes:
     if raw[:2] == b"\x1f\x8b":
         try:
             return gzip.decompress(raw)
         except (EOFError, OSError, zlib.error) as err:
-            raise DataError(f"{path} is truncated or not a valid gzip file ({err}). "
-                            "Delete it; it is downloaded again on the next call, or "
-                            "reinstall the Debian package dataset-fashion-mnist.") from err
+            raise DataError(f"{where} is truncated or not a valid gzip file ({err}). "
+                            f"{remedy}") from err
     return raw
 
 
-def _verified(path: Path, name: str) -> bytes:
-    data = _decompressed(path)
+def _checked(raw: bytes, name: str, where: str, remedy: str = _REMEDY) -> bytes:
+    """The decompressed bytes of file ``name``, if their checksum is right."""
+    data = _decompressed(raw, where, remedy)
     digest = hashlib.sha256(data).hexdigest()
     if digest != FILES[name]:
-        raise DataError(f"{path} is corrupt: SHA-256 of its decompressed bytes is {digest}, "
-                        f"expected {FILES[name]}. Delete it; it is downloaded again on the "
-                        "next call, or reinstall the Debian package dataset-fashion-mnist.")
+        raise DataError(f"{where} is corrupt: SHA-256 of its decompressed bytes is {digest}, "
+                        f"expected {FILES[name]}. {remedy}")
     return data
+
+
+def _verified(path: Path, name: str) -> bytes:
+    return _checked(path.read_bytes(), name, str(path))
 
 
 def download(directory: Path | None = None, base_url: str = BASE_URL) -> Path:
@@ -105,6 +111,8 @@ def download(directory: Path | None = None, base_url: str = BASE_URL) -> Path:
     """
     directory = Path(directory) if directory is not None else cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
+    umask = os.umask(0)
+    os.umask(umask)
     for name in FILES:
         if _file_in(directory, name):
             continue
@@ -114,7 +122,10 @@ def download(directory: Path | None = None, base_url: str = BASE_URL) -> Path:
             with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
                 while chunk := response.read(1 << 20):
                     out.write(chunk)
-            _verified(Path(tmp), name)
+            _checked(Path(tmp).read_bytes(), name, f"the download from {url}",
+                     "Nothing was kept; try again later, or get the data another way "
+                     "(apt-get install dataset-fashion-mnist, or root=/D2L_DATA_DIR).")
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates files readable by the owner only
             os.replace(tmp, directory / f"{name}.gz")
         except BaseException:
             os.unlink(tmp)

@@ -271,8 +271,6 @@ def _train_rank(rank: int, world_size: int, net: nn.Module, device: torch.device
              if world_size > 1 else net)
     train_set = FashionMNIST(True, None, cfg.root, cfg.num_train)
     test_set = FashionMNIST(False, None, cfg.root, cfg.num_test)
-    if cfg.batch_size < world_size:
-        raise ValueError(f"batch_size {cfg.batch_size} is smaller than the {world_size} devices.")
     per_rank = cfg.batch_size // world_size
     sampler = (data.distributed.DistributedSampler(train_set, world_size, rank, seed=cfg.seed)
                if world_size > 1 else data.RandomSampler(train_set))
@@ -330,9 +328,12 @@ def _train_rank(rank: int, world_size: int, net: nn.Module, device: torch.device
     return net
 
 
-def _spawned_rank(rank: int, world_size: int, net: nn.Module, devices: list[torch.device],
+def _spawned_rank(rank: int, world_size: int, net_bytes: bytes, devices: list[torch.device],
                   cfg: _Config, port: int, queue) -> None:
     device = devices[rank]
+    # Each rank unpickles its own copy: passing the module itself would put its CPU
+    # tensors in shared memory, and all CPU ranks would then train one set of weights.
+    net = torch.load(io.BytesIO(net_bytes), map_location="cpu", weights_only=False)
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
@@ -381,6 +382,8 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
     devices = [torch.device(d) for d in devices]
     if not devices:
         raise ValueError("devices is empty; pass at least one device, e.g. [d2l.try_gpu()].")
+    if batch_size < len(devices):
+        raise ValueError(f"batch_size {batch_size} is smaller than the {len(devices)} devices.")
     cfg = _Config(batch_size, lr, num_epochs, warmup_epochs, num_train, num_test, num_workers,
                   None if root is None else str(root), sync_bn, seed)
     progress = TrainProgress(TrainResult([str(d) for d in devices], batch_size, lr),
@@ -404,8 +407,11 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
     else:
         ctx = mp.get_context("spawn")
         queue = ctx.SimpleQueue()
+        net_bytes = io.BytesIO()
+        torch.save(net.cpu(), net_bytes)
         procs = mp.start_processes(
-            _spawned_rank, args=(len(devices), net.cpu(), devices, cfg, _free_port(), queue),
+            _spawned_rank,
+            args=(len(devices), net_bytes.getvalue(), devices, cfg, _free_port(), queue),
             nprocs=len(devices), join=False, start_method="spawn")
         done = False
         while not done:

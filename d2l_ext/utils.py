@@ -103,7 +103,7 @@ class Animator:
                  figsize: tuple[float, float] = (3.5, 2.5)) -> None:
         from matplotlib.figure import Figure  # no pyplot: never opens a window
 
-        self.fig = Figure(figsize=figsize)
+        self.fig = Figure(figsize=figsize, layout="tight")
         axes = self.fig.subplots(nrows, ncols)
         self.axes = list(np.ravel(axes)) if nrows * ncols > 1 else [axes]
         self._config = dict(xlabel=xlabel, ylabel=ylabel, xlim=xlim, ylim=ylim,
@@ -146,7 +146,6 @@ class Animator:
         for xs, ys, fmt in zip(self.X, self.Y, self.fmts):
             self.axes[0].plot(xs, ys, fmt)
         self._config_axes()
-        self.fig.tight_layout()
         if in_notebook():
             self._show()
 
