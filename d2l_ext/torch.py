@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import socket
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -347,6 +348,12 @@ def _spawned_rank(rank: int, world_size: int, net_bytes: bytes, devices: list[to
             queue.put(("state", buffer.getvalue()))
     finally:
         dist.destroy_process_group()
+    # Leave without Python's interpreter shutdown: a gloo thread may still be freeing a
+    # finished work item that holds tensors, and tearing down the interpreter under it
+    # aborts the process ("terminate called without an active exception").
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _launched_by_torchrun() -> bool:
@@ -384,6 +391,10 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
         raise ValueError("devices is empty; pass at least one device, e.g. [d2l.try_gpu()].")
     if batch_size < len(devices):
         raise ValueError(f"batch_size {batch_size} is smaller than the {len(devices)} devices.")
+    if batch_size % len(devices):
+        raise ValueError(f"batch_size {batch_size} is not a multiple of the {len(devices)} "
+                         "devices; each process loads batch_size // devices examples a step, "
+                         f"so use e.g. {batch_size - batch_size % len(devices)}.")
     cfg = _Config(batch_size, lr, num_epochs, warmup_epochs, num_train, num_test, num_workers,
                   None if root is None else str(root), sync_bn, seed)
     progress = TrainProgress(TrainResult([str(d) for d in devices], batch_size, lr),

@@ -185,9 +185,17 @@ class TrainResult:
         return sum(times) / len(times)
 
     def summary(self) -> str:
+        if not self.test_acc:
+            return f"no epochs trained on {self.device_names()}"
         ips = sum(self.images_per_second) / len(self.images_per_second)
         return (f"test acc {self.test_acc[-1]:.3f}, {self.sec_per_epoch:.1f} sec/epoch, "
-                f"{ips:.0f} images/sec on {len(self.devices)} x {self.devices[0]}")
+                f"{ips:.0f} images/sec on {self.device_names()}")
+
+    def device_names(self) -> str:
+        """``"2 x cpu"`` for repeated devices, else the list: ``"cpu(0), cpu(1)"``."""
+        if len(set(self.devices)) == 1:
+            return f"{len(self.devices)} x {self.devices[0]}"
+        return ", ".join(self.devices)
 
 
 class TrainProgress:

@@ -31,9 +31,12 @@ def _real_data_dir() -> Path | None:
 REAL_DATA_DIR = _real_data_dir()
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    """Never read from or download into the user's ~/.cache during the tests."""
+@pytest.fixture
+def private_cache(tmp_path_factory, monkeypatch):
+    """Never read Fashion-MNIST from, or download it into, the user's ~/.cache.
+
+    (Used by the modules that load the data, with ``pytest.mark.usefixtures``.)
+    """
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
 
 

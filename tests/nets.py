@@ -15,10 +15,23 @@ def tiny_torch_cnn():
 
 
 def linear_torch_net():
-    """Softmax regression: no BatchNorm, so one SGD step is easy to compute by hand."""
+    """Softmax regression: no BatchNorm, so one SGD step is easy to compute by hand.
+
+    Its buffer ``shared_seen`` becomes 1 if it is ever trained while its parameters
+    live in shared memory (i.e. shared with other processes).
+    """
+    import torch
     from torch import nn
 
-    return nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 10))
+    net = nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 10))
+    net.register_buffer("shared_seen", torch.zeros(()))
+    net.register_forward_pre_hook(_record_shared_memory)
+    return net
+
+
+def _record_shared_memory(module, args) -> None:
+    if module.training and any(p.is_shared() for p in module.parameters()):
+        module.shared_seen.fill_(1)
 
 
 def tiny_mxnet_cnn():
@@ -28,4 +41,13 @@ def tiny_mxnet_cnn():
     net = nn.Sequential()
     net.add(nn.Conv2D(8, kernel_size=3, padding=1), nn.BatchNorm(), nn.Activation("relu"),
             nn.MaxPool2D(pool_size=4), nn.Dense(10))
+    return net
+
+
+def linear_mxnet_net():
+    """Softmax regression in Gluon."""
+    from mxnet.gluon import nn
+
+    net = nn.Sequential()
+    net.add(nn.Dense(10))
     return net

@@ -1,15 +1,18 @@
 """Compatibility with d2l 1.0.3: same signatures (ours may only add optional parameters),
 same printed output and the same behaviour where the book relies on it.
 
-Uses ``d2l.mxnet`` where MXNet imports and ``d2l.torch`` where it imports (it needs
-torchvision, which d2l_ext does not).
+Uses ``d2l.mxnet`` where MXNet imports. ``d2l.torch`` needs torchvision, which d2l_ext does
+not; where it does not import, the signatures are read from its source file instead.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 import inspect
 import re
+from pathlib import Path
 
 import numpy
 import pytest
@@ -21,10 +24,6 @@ ONLY = {"mxnet": ["evaluate_accuracy_gpus"], "torch": []}
 METHODS = {"Timer": ["start", "stop", "avg", "sum", "cumsum"], "Accumulator": ["add", "reset"],
            "Animator": ["add"]}
 FRAMEWORKS = ["mxnet", "torch"]
-
-# gluon.utils.split_and_load itself calls the deprecated ndarray.as_in_context
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:ndarray.as_in_context has been renamed:DeprecationWarning")
 
 
 def modules(framework: str, numpy_too_new: bool):
@@ -60,7 +59,8 @@ def same_default(a, b) -> bool:
 def assert_extends(theirs, ours, where: str) -> None:
     """Every parameter of ``theirs`` is in ``ours`` at the same place with the same name,
     kind and default; ``ours`` only adds trailing parameters that have defaults."""
-    t = list(inspect.signature(theirs).parameters.values())
+    sig = theirs if isinstance(theirs, inspect.Signature) else inspect.signature(theirs)
+    t = list(sig.parameters.values())
     o = list(inspect.signature(ours).parameters.values())
     assert len(o) >= len(t), f"{where}: {inspect.signature(ours)} lacks parameters"
     for p, q in zip(t, o):
@@ -69,6 +69,69 @@ def assert_extends(theirs, ours, where: str) -> None:
     for q in o[len(t):]:
         assert q.kind in (q.POSITIONAL_OR_KEYWORD, q.KEYWORD_ONLY), f"{where}: extra {q}"
         assert q.default is not q.empty, f"{where}: extra {q} has no default"
+
+
+def _default(node: ast.expr):
+    """A literal default's value; other defaults (calls, names) as their source text."""
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return f"<source: {ast.unparse(node)}>"
+
+
+def _signature(func: ast.FunctionDef) -> inspect.Signature:
+    """The signature of a ``def`` read from source."""
+    args, P = func.args, inspect.Parameter
+    positional = args.posonlyargs + args.args
+    defaults = [P.empty] * (len(positional) - len(args.defaults)) + [
+        _default(d) for d in args.defaults]
+    params = [P(a.arg, P.POSITIONAL_ONLY if i < len(args.posonlyargs) else
+                P.POSITIONAL_OR_KEYWORD, default=d)
+              for i, (a, d) in enumerate(zip(positional, defaults))]
+    if args.vararg:
+        params.append(P(args.vararg.arg, P.VAR_POSITIONAL))
+    for a, d in zip(args.kwonlyargs, args.kw_defaults):
+        params.append(P(a.arg, P.KEYWORD_ONLY,
+                        default=P.empty if d is None else _default(d)))
+    if args.kwarg:
+        params.append(P(args.kwarg.arg, P.VAR_KEYWORD))
+    return inspect.Signature(params)
+
+
+def d2l_torch_source_signatures() -> dict[str, inspect.Signature]:
+    """``{"name": sig, "Class.method": sig}`` for d2l/torch.py, read without importing it."""
+    spec = importlib.util.find_spec("d2l")
+    if spec is None or spec.origin is None:
+        pytest.skip("d2l is not installed")
+    tree = ast.parse((Path(spec.origin).parent / "torch.py").read_text(encoding="utf-8"))
+    sigs = {}
+    for node in tree.body:  # the last definition of a name wins, as at import time
+        if isinstance(node, ast.FunctionDef):
+            sigs[node.name] = _signature(node)
+        elif isinstance(node, ast.ClassDef):
+            sigs[node.name] = None
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef):
+                    sigs[f"{node.name}.{item.name}"] = _signature(item)
+    return sigs
+
+
+@pytest.mark.parametrize("name", SHARED)
+def test_signature_from_d2l_torch_source(name):
+    """The same check as below, against d2l.torch's source (works without torchvision)."""
+    pytest.importorskip("torch")
+    from d2l_ext import torch as ours_mod
+
+    sigs = d2l_torch_source_signatures()
+    assert name in sigs, f"d2l.torch has no {name}"
+    ours = getattr(ours_mod, name)
+    if sigs[name] is None:  # a class
+        assert inspect.isclass(ours)
+        assert_extends(sigs[f"{name}.__init__"], ours.__init__, f"{name}.__init__")
+        for method in METHODS.get(name, []):
+            assert_extends(sigs[f"{name}.{method}"], getattr(ours, method), f"{name}.{method}")
+    else:
+        assert_extends(sigs[name], ours, name)
 
 
 @pytest.mark.parametrize(("framework", "name"),

@@ -12,9 +12,7 @@ from nets import tiny_mxnet_cnn
 from d2l_ext import fashion_mnist
 from d2l_ext.utils import TrainResult
 
-# gluon.utils.split_and_load itself calls the deprecated ndarray.as_in_context
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:ndarray.as_in_context has been renamed:DeprecationWarning")
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,10 @@ from d2l_ext import fashion_mnist  # noqa: E402
 from d2l_ext import torch as d2l  # noqa: E402
 from d2l_ext.utils import TrainResult  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("private_cache")
+
 CPU = torch.device("cpu")
+LR = 0.2  # for the tiny CNN: 1 epoch of 1000-2000 images reaches about 0.5 test accuracy
 
 
 # ---------------------------------------------------------------- devices
@@ -126,11 +129,11 @@ def test_resnet18():
 
 
 def test_resnet18_rgb():
-    net = d2l.resnet18(5, in_channels=3)
-    assert num_params(net) == 11_175_818 - 10 * 513 + 5 * 513 + 2 * 64 * 9
+    net = d2l.resnet18(10, in_channels=3)
+    assert num_params(net) == 11_175_818 + 2 * 64 * 3 * 3  # two more input channels
     net.eval()
     with torch.no_grad():
-        assert net(torch.randn(2, 3, 32, 32)).shape == (2, 5)
+        assert net(torch.randn(2, 3, 32, 32)).shape == (2, 10)
 
 
 # ---------------------------------------------------------------- data
@@ -217,10 +220,10 @@ def test_evaluate_accuracy_gpu_constant(fmnist_dir):
 def test_train_one_device(fmnist_dir, capsys):
     torch.manual_seed(0)
     net = tiny_torch_cnn()
-    result = d2l.train(net, [d2l.cpu()], batch_size=64, lr=0.5, num_epochs=2,
+    result = d2l.train(net, [d2l.cpu()], batch_size=64, lr=LR, num_epochs=2,
                        num_train=1000, num_test=500)
     assert isinstance(result, TrainResult)
-    assert result.devices == ["cpu"] and result.batch_size == 64 and result.lr == 0.5
+    assert result.devices == ["cpu"] and result.batch_size == 64 and result.lr == LR
     for values in (result.train_loss, result.train_acc, result.test_acc,
                    result.epoch_seconds, result.images_per_second):
         assert len(values) == 2
@@ -234,17 +237,22 @@ def test_train_one_device(fmnist_dir, capsys):
                                                                       abs=1e-6)
 
 
+def train_on_two_cpu_processes(net: nn.Module, **kwargs) -> tuple[nn.Module, TrainResult]:
+    """``d2l.train(copy_of_net, [cpu(), cpu()], ...)``; returns the trained copy and the result."""
+    trained = copy.deepcopy(net)
+    return trained, d2l.train(trained, [d2l.cpu(), d2l.cpu()], **kwargs)
+
+
 def test_train_two_processes(fmnist_dir):
     """Two gloo processes on the CPU; the parent's net gets rank 0's trained weights."""
     torch.manual_seed(0)
-    net = tiny_torch_cnn()
-    before = {k: v.clone() for k, v in net.state_dict().items()}
-    result = d2l.train(net, [d2l.cpu(), d2l.cpu()], batch_size=64, lr=0.5, num_epochs=1,
-                       num_train=2000, num_test=500, verbose=False)
+    initial = tiny_torch_cnn()
+    net, result = train_on_two_cpu_processes(initial, batch_size=64, lr=LR, num_epochs=1,
+                                             num_train=2000, num_test=500, verbose=False)
     assert result.devices == ["cpu", "cpu"]
     assert len(result.test_acc) == len(result.epoch_seconds) == 1
     assert result.test_acc[-1] > 0.2
-    assert not torch.equal(net.state_dict()["0.weight"], before["0.weight"])
+    assert not torch.equal(net.state_dict()["0.weight"], initial.state_dict()["0.weight"])
     _, test_iter = d2l.load_data_fashion_mnist(64, num_workers=0, num_train=1, num_test=500)
     assert d2l.evaluate_accuracy_gpu(net, test_iter) == pytest.approx(result.test_acc[-1],
                                                                       abs=1e-6)
@@ -273,17 +281,15 @@ def test_train_one_device_one_step(fmnist_dir):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="d2l_ext bug: the spawn pickler puts the net's CPU tensors in shared "
-                   "memory, so CPU ranks train one shared copy: every rank applies each "
-                   "update (k times the step, racy, not reproducible)")
 def test_train_two_processes_one_step(fmnist_dir):
     """Two ranks of 32 examples with averaged gradients take the full-batch step, once."""
     torch.manual_seed(0)
     net = linear_torch_net()
     expected = full_batch_sgd_step(net, 64, lr=1.0)
-    d2l.train(net, [d2l.cpu(), d2l.cpu()], batch_size=64, lr=1.0, num_epochs=1, num_train=64,
-              num_test=64, verbose=False)
+    net, _ = train_on_two_cpu_processes(net, batch_size=64, lr=1.0, num_epochs=1, num_train=64,
+                                        num_test=64, verbose=False)
+    # each rank trains its own copy (not one set of weights in shared memory, updated twice)
+    assert not net.shared_seen
     for p, q in zip(net.parameters(), expected.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
@@ -293,11 +299,13 @@ def test_train_needs_devices():
         d2l.train(tiny_torch_cnn(), [], batch_size=64, lr=0.1)
 
 
-@pytest.mark.xfail(strict=True, raises=torch.multiprocessing.ProcessRaisedException,
-                   reason="d2l_ext bug: with several devices the batch_size check runs inside "
-                   "the spawned processes, so the caller gets ProcessRaisedException, not "
-                   "ValueError (the MXNet train raises ValueError up front)")
-def test_train_batch_smaller_than_devices(fmnist_dir):
+def test_train_batch_smaller_than_devices(monkeypatch):
+    """Checked before any process is started."""
+
+    def start_processes(*args, **kwargs):
+        raise AssertionError("train() started processes")
+
+    monkeypatch.setattr(d2l.mp, "start_processes", start_processes)
     with pytest.raises(ValueError, match="batch_size 1 is smaller than the 2 devices"):
         d2l.train(tiny_torch_cnn(), [d2l.cpu(), d2l.cpu()], batch_size=1, lr=0.1,
                   num_epochs=1, num_train=10, num_test=10, verbose=False)
@@ -308,3 +316,9 @@ def test_import_does_not_import_mxnet(run_python):
                       "print([m for m in ('mxnet', 'd2l', 'torchvision') if m in sys.modules])")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "[]"
+
+
+def test_train_batch_not_a_multiple_of_devices():
+    with pytest.raises(ValueError, match="batch_size 65 is not a multiple of the 2 devices"):
+        d2l.train(tiny_torch_cnn(), [d2l.cpu(), d2l.cpu()], batch_size=65, lr=0.1,
+                  num_epochs=1, num_train=10, num_test=10, verbose=False)

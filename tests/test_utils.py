@@ -149,23 +149,8 @@ def test_animator_displays_nothing_outside_a_notebook(capsys):
     assert tuple(animator.axes[0].get_xlim()) == (0, 3)
 
 
-def _matplotlib_warns_on_repeated_tight_layout() -> bool:
-    from matplotlib.figure import Figure
-
-    fig = Figure()
-    fig.subplots()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        fig.tight_layout()
-        fig.tight_layout()
-    return any("layout has changed" in str(w.message) for w in caught)
-
-
-@pytest.mark.xfail(_matplotlib_warns_on_repeated_tight_layout(), strict=True,
-                   reason="d2l_ext bug: Animator.add calls fig.tight_layout() on every point; "
-                   "matplotlib 3.7 warns 'The figure layout has changed to tight' from the "
-                   "second call on")
 def test_animator_add_does_not_warn():
+    """matplotlib 3.7 warns on every fig.tight_layout() call after the first."""
     animator = Animator(legend=["a"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -306,3 +291,10 @@ def test_train_progress_in_notebook_plots(fake_notebook, capsys):
     assert len(fake_notebook.calls) == 1 and len(fake_notebook.handle.updates) == 1
     assert result.test_acc == [0.5]
     assert capsys.readouterr().out == ""  # the plot replaces the per-epoch line
+
+
+def test_train_result_summary_without_epochs_and_device_names():
+    same = utils.TrainResult(["cpu", "cpu"], 128, 0.2)
+    assert same.summary() == "no epochs trained on 2 x cpu"
+    mixed = utils.TrainResult(["cpu(0)", "cpu(1)"], 128, 0.2)
+    assert mixed.device_names() == "cpu(0), cpu(1)"

@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -261,11 +262,10 @@ def execute(chapter: Chapter, framework: str, smoke: bool, timeout: int = 1800) 
     nb.cells.append(nbformat.v4.new_code_cell(collect))
     nb.cells.append(nbformat.v4.new_code_cell(PROBE[framework]))
     env = dict(os.environ, D2L_SMOKE="1" if smoke else "", PYTHONWARNINGS="ignore")
-    cwd = NOTEBOOKS / chapter.lang / framework
-    cwd.mkdir(parents=True, exist_ok=True)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(cwd)}}, env=env)
-    client.execute()
+    with tempfile.TemporaryDirectory() as cwd:  # files the notebook writes stay out of the repo
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                resources={"metadata": {"path": cwd}}, env=env)
+        client.execute()
     probe_cell, values_cell = nb.cells.pop(), nb.cells.pop()
     run = json.loads(probe_cell.outputs[-1]["text"])
     values = json.loads(values_cell.outputs[-1]["text"])
@@ -278,6 +278,7 @@ def execute(chapter: Chapter, framework: str, smoke: bool, timeout: int = 1800) 
     note.metadata["d2l_ext"] = {"role": "run-note"}
     nb.cells.insert(_title_index(nb) + 1, note)
     out = notebook_path(chapter, framework)
+    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".ipynb.part")
     nbformat.write(nb, tmp)
     os.replace(tmp, out)  # never leave a half-written notebook

@@ -4,7 +4,7 @@
 # under numpy 2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/ruff check d2l_ext tests tools
+.venv/bin/ruff check d2l_ext tests tools benchmarks
 echo "== book: strict build of both editions"
 .venv/bin/python tools/book.py build
 echo "== full environment (Python 3.11, numpy 1.23.5, torch + MXNet)"
