@@ -294,7 +294,9 @@ def _train_rank(rank: int, world_size: int, net: nn.Module, device: torch.device
         _synchronize(device)
         timer = Timer()
         model.train()
-        metric = torch.zeros(3, dtype=torch.float64, device=device)
+        # loss and correct predictions summed on the device: no host-device sync per step
+        metric = torch.zeros(2, dtype=torch.float64, device=device)
+        seen = 0
         for i, (X, y) in enumerate(train_iter):
             X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
             y_hat = model(X)
@@ -304,24 +306,24 @@ def _train_rank(rank: int, world_size: int, net: nn.Module, device: torch.device
             optimizer.step()
             schedule.step()
             with torch.no_grad():
-                metric += torch.stack([loss.detach() * y.numel(),
-                                       (y_hat.argmax(1) == y).sum(),
-                                       torch.tensor(y.numel(), device=device)]).double()
+                metric += torch.stack([loss * y.numel(), (y_hat.argmax(1) == y).sum()])
+            seen += y.numel()
             if (i + 1) % max(1, num_batches // 5) == 0 and i + 1 < num_batches and rank == 0:
                 m = metric.tolist()  # a host-device sync, five times an epoch
-                report("batch", epoch + (i + 1) / num_batches, m[0] / m[2], m[1] / m[2])
+                report("batch", epoch + (i + 1) / num_batches, m[0] / seen, m[1] / seen)
         _synchronize(device)
         if world_size > 1:
             dist.barrier()
         seconds = timer.stop()
-        loss_sum, correct, n = _all_sum(metric.tolist(), device, world_size)
-        # evaluate_accuracy_gpu on this rank's slice, then sum over ranks
-        model.eval()
+        loss_sum, correct, n = _all_sum(metric.tolist() + [seen], device, world_size)
+        # evaluate_accuracy_gpu on this rank's slice, then sum over ranks. The plain net,
+        # not the DDP wrapper: ranks may see different numbers of test batches.
+        net.eval()
         hits = Accumulator(2)
         with torch.no_grad():
             for X, y in test_iter:
                 X, y = X.to(device), y.to(device)
-                hits.add(accuracy(model(X), y), y.numel())
+                hits.add(accuracy(net(X), y), y.numel())
         test_correct, test_n = _all_sum([hits[0], hits[1]], device, world_size)
         if rank == 0:
             report("epoch", epoch + 1, loss_sum / n, correct / n, test_correct / test_n,

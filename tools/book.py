@@ -261,11 +261,19 @@ def execute(chapter: Chapter, framework: str, smoke: bool, timeout: int = 1800) 
                            for key, (name, fmt) in wanted.items()) + "}))")
     nb.cells.append(nbformat.v4.new_code_cell(collect))
     nb.cells.append(nbformat.v4.new_code_cell(PROBE[framework]))
-    env = dict(os.environ, D2L_SMOKE="1" if smoke else "", PYTHONWARNINGS="ignore")
-    with tempfile.TemporaryDirectory() as cwd:  # files the notebook writes stay out of the repo
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                resources={"metadata": {"path": cwd}}, env=env)
-        client.execute()
+    saved = {k: os.environ.get(k) for k in ("D2L_SMOKE", "PYTHONWARNINGS")}
+    os.environ.update(D2L_SMOKE="1" if smoke else "", PYTHONWARNINGS="ignore")  # kernel inherits
+    try:
+        with tempfile.TemporaryDirectory() as cwd:  # files the notebook writes stay out of git
+            client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                    resources={"metadata": {"path": cwd}})
+            client.execute()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     probe_cell, values_cell = nb.cells.pop(), nb.cells.pop()
     run = json.loads(probe_cell.outputs[-1]["text"])
     values = json.loads(values_cell.outputs[-1]["text"])
@@ -291,8 +299,9 @@ def _title_index(nb: nbformat.NotebookNode) -> int:
 
 
 def run_note(run: dict, lang: str) -> str:
-    sizes = {"en": {"full": "full size", "smoke": "smoke size (a quick, reduced run)"},
-             "zh": {"full": "完整规模", "smoke": "冒烟测试规模（缩小的快速运行）"}}
+    sizes = {"en": {"full": "default sizes (the notebook sizes itself to the device)",
+                    "smoke": "smoke size (a quick, reduced run)"},
+             "zh": {"full": "默认规模（由笔记本按设备选定）", "smoke": "冒烟测试规模（缩小的快速运行）"}}
     size = sizes[lang][run["size"]]
     if lang == "zh":
         return (f"> 本页输出来自一次真实运行：{run['machine']}，{run['framework']}，"
