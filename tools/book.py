@@ -301,7 +301,8 @@ def _title_index(nb: nbformat.NotebookNode) -> int:
 def run_note(run: dict, lang: str) -> str:
     sizes = {"en": {"full": "default sizes (the notebook sizes itself to the device)",
                     "smoke": "smoke size (a quick, reduced run)"},
-             "zh": {"full": "默认规模（由笔记本按设备选定）", "smoke": "冒烟测试规模（缩小的快速运行）"}}
+             "zh": {"full": "默认规模（由笔记本按设备选定）",
+                    "smoke": "冒烟测试规模（缩小的快速运行）"}}
     size = sizes[lang][run["size"]]
     if lang == "zh":
         return (f"> 本页输出来自一次真实运行：{run['machine']}，{run['framework']}，"
