@@ -340,6 +340,8 @@ def merge(chapter: Chapter) -> nbformat.NotebookNode:
     values = {fw: nb.metadata["d2l_ext"]["values"] for fw, nb in runs.items()}
     page = nbformat.v4.new_notebook()
     page.metadata["kernelspec"] = runs["torch"].metadata["kernelspec"]
+    # pygments_lexer "ipython3" highlights `!cmd` and `%magic` lines without warnings
+    page.metadata["language_info"] = runs["torch"].metadata.get("language_info", {})
     title_done = False
     for index, cell in enumerate(chapter.cells):
         if cell.kind == "markdown":
