@@ -246,7 +246,13 @@ def test_sec_per_epoch_leaves_out_the_first_epoch():
 def test_summary():
     result = make_result(test_acc=[0.5, 0.75], epoch_seconds=[10.0, 3.0],
                          images_per_second=[1000.0, 2000.0])
-    assert result.summary() == "test acc 0.750, 3.0 sec/epoch, 1500 images/sec on 2 x cuda:0"
+    assert result.summary() == ("test acc 0.750, 3.0 sec/epoch, 1500 images/sec "
+                                "on cuda:0, cuda:1")
+
+
+def test_device_names_count_repeated_stand_ins():
+    assert TrainResult(["cpu", "cpu"], 64, 0.1).device_names() == "2 x cpu"
+    assert TrainResult(["cpu(0)", "cpu(1)"], 64, 0.1).device_names() == "cpu(0), cpu(1)"
 
 
 def test_train_progress_fills_the_result(capsys):
