@@ -1,6 +1,7 @@
 """The chapter sources, their per-framework notebooks and the two languages agree."""
 
 import io
+import json
 import re
 import sys
 import tokenize
@@ -106,7 +107,7 @@ def test_executed_notebooks_record_their_run_and_have_no_errors(name, lang):
         run = nb.metadata["d2l_ext"]["run"]
         assert run["machine"] and run["framework"] and run["date"]
         assert nb.cells[1].metadata["d2l_ext"]["role"] == "run-note"
-        assert run["machine"] in nb.cells[1].source
+        assert book.machine_name(run, lang) in nb.cells[1].source
         errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
                   if o.output_type == "error"]
         assert errors == []
@@ -150,6 +151,24 @@ import torch
     assert [c.source for c in mxnet_nb.cells if c.cell_type == "code"][1:] == ["x = 1.0"]
     assert book._placeholders(torch_nb) == {"{{x:.1f}}": ("x", ".1f")}
     assert book.code_hash(torch_nb) != book.code_hash(mxnet_nb)
+
+
+def test_probe_reports_machine_and_versions(capsys):
+    pytest.importorskip("torch")
+    exec(book.probe("torch"), {})
+    run = json.loads(capsys.readouterr().out)
+    assert set(run) == {"machine", "framework", "python", "date"}
+    assert run["framework"].startswith("PyTorch 2.")
+    assert re.fullmatch(r"CPU only \(.+\)|\d+ x .+", run["machine"])
+
+
+def test_run_note_names_the_machine_in_the_page_language():
+    run = {"machine": "CPU only (Intel Xeon)", "framework": "PyTorch 2.13.0", "python": "3.11",
+           "date": "2026-11-22", "size": "full"}
+    assert "CPU only (Intel Xeon)" in book.run_note(run, "en")
+    assert "仅 CPU（Intel Xeon）" in book.run_note(run, "zh")
+    gpu = dict(run, machine="1 x NVIDIA H100 80GB HBM3")
+    assert "1 x NVIDIA H100 80GB HBM3" in book.run_note(gpu, "zh")
 
 
 def test_unknown_framework_block_is_refused(tmp_path):

@@ -198,25 +198,25 @@ def notebook_path(chapter: Chapter, framework: str) -> Path:
 
 
 # ---------------------------------------------------------------- execution
-PROBE = {
+# Code run in the kernel after a notebook: where it ran, as JSON. The framework part
+# sets _n (number of GPUs), _gpu (their name) and _framework.
+_PROBE_FRAMEWORK = {
     "torch": """
-import json as _json, platform as _platform, datetime as _dt, torch as _torch
-def _cpu_name():
-    try:
-        for _line in open('/proc/cpuinfo'):
-            if _line.startswith('model name'):
-                return _line.split(':', 1)[1].strip()
-    except OSError:
-        pass
-    return _platform.processor() or 'CPU'
-_machine = (f"{_torch.cuda.device_count()} x {_torch.cuda.get_device_name(0)}"
-            if _torch.cuda.is_available() else f"CPU only ({_cpu_name()})")
-print(_json.dumps({"machine": _machine, "framework": "PyTorch " + _torch.__version__,
-                   "python": _platform.python_version(),
-                   "date": _dt.date.today().isoformat()}))
+import torch as _torch
+_n = _torch.cuda.device_count()
+_gpu = _torch.cuda.get_device_name(0) if _n else ''
+_framework = 'PyTorch ' + _torch.__version__
 """,
     "mxnet": """
-import json as _json, platform as _platform, datetime as _dt, subprocess as _sp, mxnet as _mx
+import subprocess as _sp, mxnet as _mx
+_n = _mx.context.num_gpus()
+_gpu = (_sp.run(['nvidia-smi', '--query-gpu=name', '--format=csv,noheader'],
+                capture_output=True, text=True).stdout.splitlines()[0] if _n else '')
+_framework = 'MXNet ' + _mx.__version__
+""",
+}
+_PROBE_COMMON = """
+import json as _json, platform as _platform, datetime as _dt
 def _cpu_name():
     try:
         for _line in open('/proc/cpuinfo'):
@@ -225,16 +225,16 @@ def _cpu_name():
     except OSError:
         pass
     return _platform.processor() or 'CPU'
-_n = _mx.context.num_gpus()
-if _n:
-    _gpu = _sp.run(['nvidia-smi', '--query-gpu=name', '--format=csv,noheader'],
-                   capture_output=True, text=True).stdout.splitlines()[0]
 _machine = f"{_n} x {_gpu}" if _n else f"CPU only ({_cpu_name()})"
-print(_json.dumps({"machine": _machine, "framework": "MXNet " + _mx.__version__,
+print(_json.dumps({"machine": _machine, "framework": _framework,
                    "python": _platform.python_version(),
                    "date": _dt.date.today().isoformat()}))
-""",
-}
+"""
+
+
+def probe(framework: str) -> str:
+    """The code that reports, as JSON, the machine and versions a notebook ran on."""
+    return _PROBE_FRAMEWORK[framework] + _PROBE_COMMON
 
 
 def _placeholders(nb: nbformat.NotebookNode) -> dict[str, tuple[str, str]]:
@@ -260,7 +260,7 @@ def execute(chapter: Chapter, framework: str, smoke: bool, timeout: int = 1800) 
                + ", ".join(f"{key!r}: format({name}, {fmt!r})"
                            for key, (name, fmt) in wanted.items()) + "}))")
     nb.cells.append(nbformat.v4.new_code_cell(collect))
-    nb.cells.append(nbformat.v4.new_code_cell(PROBE[framework]))
+    nb.cells.append(nbformat.v4.new_code_cell(probe(framework)))
     saved = {k: os.environ.get(k) for k in ("D2L_SMOKE", "PYTHONWARNINGS")}
     os.environ.update(D2L_SMOKE="1" if smoke else "", PYTHONWARNINGS="ignore")  # kernel inherits
     try:
@@ -298,6 +298,14 @@ def _title_index(nb: nbformat.NotebookNode) -> int:
                 if c.cell_type == "markdown" and re.search(r"^# ", c.source, re.M))
 
 
+def machine_name(run: dict, lang: str) -> str:
+    """The machine of a run as the page names it (the probe writes English)."""
+    machine = run["machine"]
+    if lang == "zh" and machine.startswith("CPU only (") and machine.endswith(")"):
+        return f"仅 CPU（{machine[len('CPU only ('):-1]}）"
+    return machine
+
+
 def run_note(run: dict, lang: str) -> str:
     sizes = {"en": {"full": "default sizes (the notebook sizes itself to the device)",
                     "smoke": "smoke size (a quick, reduced run)"},
@@ -305,7 +313,7 @@ def run_note(run: dict, lang: str) -> str:
                     "smoke": "冒烟测试规模（缩小的快速运行）"}}
     size = sizes[lang][run["size"]]
     if lang == "zh":
-        return (f"> 本页输出来自一次真实运行：{run['machine']}，{run['framework']}，"
+        return (f"> 本页输出来自一次真实运行：{machine_name(run, lang)}，{run['framework']}，"
                 f"Python {run['python']}，{run['date']}，{size}。")
     return (f"> The outputs on this page come from a real run on {run['machine']}, "
             f"{run['framework']}, Python {run['python']}, {run['date']}, {size}.")
