@@ -1,4 +1,4 @@
-"""Tiny networks for the training tests.
+"""Tiny networks for the training tests, and the checks every training run must pass.
 
 They live in a module (not in a test function) so that the processes that
 ``d2l_ext.torch.train`` spawns can unpickle them. The frameworks are imported
@@ -51,3 +51,15 @@ def linear_mxnet_net():
     net = nn.Sequential()
     net.add(nn.Dense(10))
     return net
+
+
+def assert_learned(result, num_epochs: int, printed: list[str]) -> None:
+    """``result`` has ``num_epochs`` of every measure, beat chance, and was printed."""
+    for values in (result.train_loss, result.train_acc, result.test_acc,
+                   result.epoch_seconds, result.images_per_second):
+        assert len(values) == num_epochs
+    assert result.test_acc[-1] > 0.2  # chance is 0.1
+    assert result.train_loss[-1] < result.train_loss[0]
+    assert [line.split(":")[0] for line in printed[:num_epochs]] == [
+        f"epoch {i + 1}" for i in range(num_epochs)]
+    assert printed[-1] == result.summary()

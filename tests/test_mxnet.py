@@ -7,7 +7,7 @@ import sys
 
 import numpy
 import pytest
-from nets import tiny_mxnet_cnn
+from nets import assert_learned, tiny_mxnet_cnn
 
 from d2l_ext import fashion_mnist
 from d2l_ext.utils import TrainResult
@@ -272,13 +272,7 @@ def test_train(d2l, fmnist_dir, num_devices, capsys):
                        num_test=500)
     assert isinstance(result, TrainResult)
     assert result.devices == [str(d) for d in devices]
-    for values in (result.train_loss, result.train_acc, result.test_acc,
-                   result.epoch_seconds, result.images_per_second):
-        assert len(values) == 2
-    assert result.test_acc[-1] > 0.2
-    assert result.train_loss[-1] < result.train_loss[0]
-    out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("epoch 1: ") and out[-1] == result.summary()
+    assert_learned(result, 2, capsys.readouterr().out.splitlines())
     params = list(net.collect_params().values())
     assert all(p.list_ctx() == devices for p in params)
     # the gradients are summed over the devices: every copy gets the same update

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from nets import linear_torch_net, tiny_torch_cnn  # noqa: E402
+from nets import assert_learned, linear_torch_net, tiny_torch_cnn  # noqa: E402
 from torch import nn  # noqa: E402
 
 from d2l_ext import fashion_mnist  # noqa: E402
@@ -224,14 +224,7 @@ def test_train_one_device(fmnist_dir, capsys):
                        num_train=1000, num_test=500)
     assert isinstance(result, TrainResult)
     assert result.devices == ["cpu"] and result.batch_size == 64 and result.lr == LR
-    for values in (result.train_loss, result.train_acc, result.test_acc,
-                   result.epoch_seconds, result.images_per_second):
-        assert len(values) == 2
-    assert result.test_acc[-1] > 0.2
-    assert result.train_loss[-1] < result.train_loss[0]
-    out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("epoch 1: loss ") and out[1].startswith("epoch 2: loss ")
-    assert out[-1] == result.summary()
+    assert_learned(result, 2, capsys.readouterr().out.splitlines())
     _, test_iter = d2l.load_data_fashion_mnist(64, num_workers=0, num_train=1, num_test=500)
     assert d2l.evaluate_accuracy_gpu(net, test_iter) == pytest.approx(result.test_acc[-1],
                                                                       abs=1e-6)
