@@ -53,27 +53,23 @@ def browser():
 def page(browser):
     context = browser.new_context()
     page = context.new_page()
-    page.errors, external = [], []
+    page.errors = []
 
     def on_console(message):
-        text = message.text
-        # Without internet, CDN resources (MathJax) cannot load: not an error of the site.
-        if text.startswith("Failed to load resource: net::") and external:
-            return
         # pydata-sphinx-theme logs this on a first visit (no saved light/dark mode).
-        if text == "Got invalid theme mode: . Resetting to auto.":
+        if message.text == "Got invalid theme mode: . Resetting to auto.":
             return
         if message.type == "error":
-            page.errors.append(text)
+            page.errors.append(message.text)
 
-    def on_failed(request):
+    def on_request(request):
+        # The site is self-contained (MathJax included): it reads nothing from elsewhere.
         if urlparse(request.url).hostname != "127.0.0.1":
-            external.append(request.url)
-        else:
-            page.errors.append(f"failed to load {request.url}")
+            page.errors.append(f"requested outside the site: {request.url}")
 
     page.on("console", on_console)
-    page.on("requestfailed", on_failed)
+    page.on("request", on_request)
+    page.on("requestfailed", lambda r: page.errors.append(f"failed to load {r.url}"))
     page.on("response", lambda r: r.status >= 400 and page.errors.append(f"{r.status} {r.url}"))
     page.on("pageerror", lambda e: page.errors.append(str(e)))
     yield page
@@ -91,6 +87,17 @@ def test_root_page_offers_both_languages(page, site_url):
     assert [urlparse(h).path for h in hrefs] == ["/en/index.html", "/zh/index.html"]
     for href in hrefs:
         assert page.request.get(href).ok
+
+
+def test_root_page_returns_to_the_edition_last_read(page, site_url):
+    page.goto(f"{site_url}/zh/chapters/{CHAPTERS[0]}.html")
+    page.goto(f"{site_url}/index.html")
+    page.wait_for_url(f"{site_url}/zh/index.html")
+    page.locator(".book-lang").click()  # switch to English: remembered too
+    page.wait_for_load_state()
+    page.goto(f"{site_url}/index.html")
+    page.wait_for_url(f"{site_url}/en/index.html")
+    assert page.errors == []
 
 
 def test_tabs_switch_every_group_and_are_remembered(page, site_url):
@@ -185,6 +192,17 @@ def test_images_load_and_no_console_errors(page, site_url, name):
             visible = page.eval_on_selector_all(
                 "article img", "els => els.filter(e => e.getClientRects().length).length")
             assert visible > 0, f"no visible figure for {fw}"
+    assert page.errors == []
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_formulas_render_without_internet(page, site_url, name):
+    page.goto(f"{site_url}/en/chapters/{name}.html")
+    page.wait_for_function("() => window.MathJax?.startup?.promise")
+    page.evaluate("() => MathJax.startup.promise")  # typesetting done
+    formulas = page.locator(".math").count()
+    assert formulas > 0
+    assert page.locator("mjx-container").count() == formulas
     assert page.errors == []
 
 

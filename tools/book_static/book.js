@@ -1,5 +1,5 @@
-// Framework tabs (synced on the page, remembered across pages), language switch,
-// and notebook links. Data comes from <meta name="book-..."> tags (book_ext.py).
+// Framework tabs (synced on the page, remembered across pages), language switch
+// (the edition last read is remembered for the root page), and notebook links. Data comes from <meta name="book-..."> tags (book_ext.py).
 (function () {
   "use strict";
   const FRAMEWORKS = ["torch", "mxnet"];
@@ -129,6 +129,7 @@
   }
 
   function init() {
+    try { localStorage.setItem("book-lang", lang); } catch (e) { /* storage blocked */ }
     buildGroups();
     buildBar();
     select(current());
