@@ -11,7 +11,15 @@ from collections.abc import Sequence
 
 import numpy
 
-from d2l_ext.utils import Accumulator, Animator, Benchmark, Timer, TrainProgress, TrainResult
+from d2l_ext.utils import (
+    Accumulator,
+    Animator,
+    Benchmark,
+    Timer,
+    TrainProgress,
+    TrainResult,
+    check_split,
+)
 
 _NEEDS = ("d2l_ext.mxnet needs MXNet 1.9.1 with numpy < 1.24 (numpy 1.23.5), which exists "
           "only for Python <= 3.11. In a Python 3.11 environment run: "
@@ -78,14 +86,7 @@ def try_all_devices(min_count: int = 2) -> list[mx.Context]:
 def split_batch(X: np.ndarray, y: np.ndarray,
                 devices: Sequence[mx.Context]) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Split ``X`` and ``y`` into ``len(devices)`` shards, one on each device."""
-    if X.shape[0] != y.shape[0]:
-        raise ValueError(f"X has {X.shape[0]} examples but y has {y.shape[0]}; "
-                         "they must have the same length.")
-    if len(devices) == 0:
-        raise ValueError("devices is empty; pass at least one device.")
-    if X.shape[0] < len(devices):
-        raise ValueError(f"cannot split {X.shape[0]} examples across {len(devices)} devices: "
-                         "use a batch with at least as many examples as devices.")
+    check_split(X.shape[0], y.shape[0], len(devices))
     return (gluon.utils.split_and_load(X, devices, even_split=False),
             gluon.utils.split_and_load(y, devices, even_split=False))
 

@@ -20,7 +20,15 @@ from torch.nn import functional as F
 from torch.utils import data
 
 from d2l_ext import fashion_mnist
-from d2l_ext.utils import Accumulator, Animator, Benchmark, Timer, TrainProgress, TrainResult
+from d2l_ext.utils import (
+    Accumulator,
+    Animator,
+    Benchmark,
+    Timer,
+    TrainProgress,
+    TrainResult,
+    check_split,
+)
 
 __all__ = [
     "Accumulator", "Animator", "Benchmark", "Timer", "TrainResult", "Residual",
@@ -80,14 +88,7 @@ def split_batch(X: torch.Tensor, y: torch.Tensor,
     Shard sizes differ by at most one. Unlike d2l (``nn.parallel.scatter``)
     this also works for CPU devices.
     """
-    if X.shape[0] != y.shape[0]:
-        raise ValueError(f"X has {X.shape[0]} examples but y has {y.shape[0]}; "
-                         "they must have the same length.")
-    if len(devices) == 0:
-        raise ValueError("devices is empty; pass at least one device.")
-    if X.shape[0] < len(devices):
-        raise ValueError(f"cannot split {X.shape[0]} examples across {len(devices)} devices: "
-                         "use a batch with at least as many examples as devices.")
+    check_split(X.shape[0], y.shape[0], len(devices))
     return ([x.to(d) for x, d in zip(torch.tensor_split(X, len(devices)), devices)],
             [t.to(d) for t, d in zip(torch.tensor_split(y, len(devices)), devices)])
 

@@ -78,6 +78,18 @@ class Accumulator:
         return self.data[idx]
 
 
+def check_split(num_x: int, num_y: int, num_devices: int) -> None:
+    """Raise ``ValueError`` unless ``num_x`` examples and ``num_y`` labels fit on the devices."""
+    if num_x != num_y:
+        raise ValueError(f"X has {num_x} examples but y has {num_y}; "
+                         "they must have the same length.")
+    if num_devices == 0:
+        raise ValueError("devices is empty; pass at least one device.")
+    if num_x < num_devices:
+        raise ValueError(f"cannot split {num_x} examples across {num_devices} devices: "
+                         "use a batch with at least as many examples as devices.")
+
+
 def in_notebook() -> bool:
     """Whether the code runs in a Jupyter kernel (not a script or terminal IPython)."""
     ipython = sys.modules.get("IPython")
