@@ -69,7 +69,9 @@ def page(browser):
 
     page.on("console", on_console)
     page.on("request", on_request)
-    page.on("requestfailed", lambda r: page.errors.append(f"failed to load {r.url}"))
+    # (a request cut short because the test navigated on is not a failure of the site)
+    page.on("requestfailed", lambda r: r.failure != "net::ERR_ABORTED"
+            and page.errors.append(f"failed to load {r.url}: {r.failure}"))
     page.on("response", lambda r: r.status >= 400 and page.errors.append(f"{r.status} {r.url}"))
     page.on("pageerror", lambda e: page.errors.append(str(e)))
     yield page
