@@ -176,3 +176,17 @@ def test_unknown_framework_block_is_refused(tmp_path):
     src.write_text("# Bad\n\n:::{framework} jax\ntext\n:::\n", encoding="utf-8")
     with pytest.raises(book.BookError, match="jax"):
         book.parse(src)
+
+
+def test_site_ships_only_the_mathjax_bundle_its_pages_load(tmp_path):
+    mathjax = tmp_path / "mathjax"
+    (mathjax / "output").mkdir(parents=True)
+    for name in [book.MATHJAX_BUNDLE, "tex-svg.js", "mml-chtml.js", "node-main.js",
+                 "output/svg.js"]:
+        (mathjax / name).write_text("")
+    book._prune_mathjax(tmp_path)
+    assert sorted(p.relative_to(mathjax).as_posix() for p in mathjax.rglob("*.js")) == \
+        sorted([book.MATHJAX_BUNDLE, "output/svg.js"])
+    (mathjax / book.MATHJAX_BUNDLE).unlink()
+    with pytest.raises(book.BookError, match="sphinx-mathjax-offline"):
+        book._prune_mathjax(tmp_path)

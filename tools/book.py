@@ -415,6 +415,24 @@ def _write_edition(lang: str) -> Path:
     return src
 
 
+MATHJAX_BUNDLE = "tex-chtml.js"  # the one bundle sphinx-mathjax-offline's pages load
+
+
+def _prune_mathjax(static: Path) -> None:
+    """Drop the MathJax bundles no page loads (the offline copy ships every variant).
+
+    Extensions, fonts, the menu's renderers and the speech rules stay: MathJax loads them
+    on demand.
+    """
+    mathjax = static / "mathjax"
+    if not (mathjax / MATHJAX_BUNDLE).is_file():
+        raise BookError(f"{mathjax / MATHJAX_BUNDLE} is missing: is sphinx-mathjax-offline "
+                        "installed (requirements.txt) and still shipping that bundle?")
+    for bundle in [*mathjax.glob("tex-*.js"), *mathjax.glob("mml-*.js"), mathjax / "node-main.js"]:
+        if bundle.name != MATHJAX_BUNDLE:
+            bundle.unlink(missing_ok=True)
+
+
 def build() -> Path:
     """Build both editions strictly into ``_build/site``; returns the site directory."""
     problems = stale()
@@ -434,6 +452,7 @@ def build() -> Path:
             sys.stderr.write(done.stdout[-6000:] + done.stderr[-6000:])
             raise BookError(f"the {lang} edition did not build cleanly (see above)")
         shutil.copytree(out / "_build" / "html", site / lang)
+        _prune_mathjax(site / lang / "_static")
         for chapter in chapters(lang):
             for fw in FRAMEWORKS:
                 dest = site / lang / "notebooks" / fw / f"{chapter.name}.ipynb"
