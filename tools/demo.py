@@ -30,14 +30,13 @@ def main() -> None:
     sizes = {} if on_gpu or args.full else {"num_train": 2000, "num_test": 2000}
     if sizes:
         print("No GPU: training on the first 2,000 images and testing on 2,000 (--full for all).")
-    per_device = 256 if not sizes else 64  # more steps when only a slice is used
-    batch_size, lr = per_device * len(devices), 0.1 * len(devices)
+    per_device = 256 if not sizes else 32  # more steps when only a slice is used
+    batch_size = per_device * len(devices)
+    lr = 0.1 * batch_size / 256  # d2l's rate for 256 images, scaled linearly with the batch
     start = time.perf_counter()
     result = d2l.train(d2l.resnet18(10), devices, batch_size, lr, args.epochs,
                        warmup_epochs=0.2, **sizes)
-    print(f"{args.framework}: test accuracy {result.test_acc[-1]:.3f}, "
-          f"{result.sec_per_epoch:.1f} s/epoch, {result.images_per_second[-1]:.0f} images/s "
-          f"on {len(devices)} x {devices[0]} (whole run {time.perf_counter() - start:.0f} s)")
+    print(f"{args.framework}: {result.summary()} (whole run {time.perf_counter() - start:.0f} s)")
 
 
 if __name__ == "__main__":
