@@ -315,7 +315,7 @@ def run_note(run: dict, lang: str) -> str:
     if lang == "zh":
         return (f"> 本页输出来自一次真实运行：{machine_name(run, lang)}，{run['framework']}，"
                 f"Python {run['python']}，{run['date']}，{size}。")
-    return (f"> The outputs on this page come from a real run on {run['machine']}, "
+    return (f"> The outputs on this page come from a real run on {machine_name(run, lang)}, "
             f"{run['framework']}, Python {run['python']}, {run['date']}, {size}.")
 
 

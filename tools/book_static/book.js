@@ -1,5 +1,6 @@
 // Framework tabs (synced on the page, remembered across pages), language switch
-// (the edition last read is remembered for the root page), and notebook links. Data comes from <meta name="book-..."> tags (book_ext.py).
+// (the edition last read is remembered for the root page), and notebook links.
+// Data comes from <meta name="book-..."> tags (book_ext.py).
 (function () {
   "use strict";
   const FRAMEWORKS = ["torch", "mxnet"];
