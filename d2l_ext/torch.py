@@ -5,6 +5,7 @@ Works without torchvision, without d2l and with numpy 1 or 2.
 
 from __future__ import annotations
 
+import datetime
 import io
 import os
 import socket
@@ -238,6 +239,7 @@ class _Config:
     root: str | None
     sync_bn: bool
     seed: int
+    timeout: float
 
 
 def _free_port() -> int:
@@ -342,7 +344,8 @@ def _spawned_rank(rank: int, world_size: int, net_bytes: bytes, devices: list[to
     if device.type == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}",
-                            rank=rank, world_size=world_size)
+                            rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=cfg.timeout))
     try:
         net = _train_rank(rank, world_size, net, device, cfg, lambda *msg: queue.put(msg))
         if rank == 0:  # bytes, not tensors: shared-memory tensors die with this process
@@ -359,6 +362,27 @@ def _spawned_rank(rank: int, world_size: int, net_bytes: bytes, devices: list[to
     os._exit(0)
 
 
+def _rank_failure(err: Exception, devices: list[torch.device], timeout: float) -> RuntimeError:
+    """A clear error for a rank that died or failed (``torch.multiprocessing``'s ``err``)."""
+    rank = err.error_index
+    where = f"training rank {rank} of {len(devices)} (on {devices[rank]})"
+    if isinstance(err, mp.ProcessExitedException):
+        if err.signal_name:
+            why = f"was killed by {err.signal_name}"
+            if err.signal_name == "SIGKILL":
+                why += (" (often the out-of-memory killer: try a smaller batch_size or fewer "
+                        "CPU stand-ins)")
+        else:
+            why = f"exited with status {err.exit_code}"
+        return RuntimeError(f"{where} {why}; the other ranks were stopped.")
+    text = str(err)
+    hint = ""
+    if "timed out" in text.lower() or "timeout" in text.lower():
+        hint = (f" It waited more than timeout={timeout:g} s for the other ranks: one of them "
+                "is stuck.")
+    return RuntimeError(f"{where} failed; the other ranks were stopped.{hint}\n{text}")
+
+
 def _launched_by_torchrun() -> bool:
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
@@ -367,7 +391,8 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
           num_epochs: int = 10, *, warmup_epochs: float = 1.0,
           num_train: int | None = None, num_test: int | None = None,
           num_workers: int = 0, root: str | os.PathLike | None = None,
-          sync_bn: bool = False, seed: int = 0, verbose: bool = True) -> TrainResult:
+          sync_bn: bool = False, seed: int = 0, timeout: float = 300.0,
+          verbose: bool = True) -> TrainResult:
     """Train ``net`` on Fashion-MNIST with SGD on one device or several.
 
     ``batch_size`` is the global minibatch: with ``k`` devices each device
@@ -385,6 +410,11 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
     * Started by ``torchrun``: this process is one rank and trains on
       ``devices[LOCAL_RANK]``; rank 0 prints progress.
 
+    With several devices a rank that dies (killed, out of memory, an exception)
+    stops the others, and ``train`` raises a ``RuntimeError`` naming it; a rank
+    that waits more than ``timeout`` seconds for the others in one collective
+    fails instead of hanging (under ``torchrun``, torchrun reports the rank).
+
     After training ``net`` holds the trained weights (rank 0's in a DDP run).
     Returns per-epoch loss, accuracies, seconds and images per second; in a
     notebook the curves are drawn live.
@@ -399,7 +429,7 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
                          "devices; each process loads batch_size // devices examples a step, "
                          f"so use e.g. {batch_size - batch_size % len(devices)}.")
     cfg = _Config(batch_size, lr, num_epochs, warmup_epochs, num_train, num_test, num_workers,
-                  None if root is None else str(root), sync_bn, seed)
+                  None if root is None else str(root), sync_bn, seed, timeout)
     progress = TrainProgress(TrainResult([str(d) for d in devices], batch_size, lr),
                              num_epochs, verbose)
 
@@ -413,7 +443,8 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
         world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
         device = devices[int(os.environ["LOCAL_RANK"]) % len(devices)]
         if world_size > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                    timeout=datetime.timedelta(seconds=timeout))
         _train_rank(rank, world_size, net, device, cfg,
                     report if rank == 0 else lambda *msg: None)
     elif len(devices) == 1:
@@ -431,7 +462,10 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
         while not done:
             while not queue.empty():
                 report(*queue.get())
-            done = procs.join(timeout=0.5)
+            try:
+                done = procs.join(timeout=0.5)
+            except (mp.ProcessExitedException, mp.ProcessRaisedException) as err:
+                raise _rank_failure(err, devices, timeout) from err
         while not queue.empty():
             report(*queue.get())
     if _launched_by_torchrun() and int(os.environ["RANK"]) != 0:

@@ -34,6 +34,43 @@ def _record_shared_memory(module, args) -> None:
         module.shared_seen.fill_(1)
 
 
+class _FailingRank:
+    """Forward of softmax regression that fails on rank 1 at its third training step."""
+
+    def __init__(self, how: str) -> None:
+        self.how, self.steps = how, 0
+
+    def __call__(self, module, args) -> None:
+        import os
+        import signal
+        import time
+
+        import torch
+        import torch.distributed as dist
+
+        if not (module.training and dist.is_initialized() and dist.get_rank() == 1):
+            return
+        self.steps += 1
+        if self.steps < 3:
+            return
+        if self.how == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif self.how == "out of memory":
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated by the test)")
+        elif self.how == "stuck":
+            time.sleep(3600)
+
+
+def failing_torch_net(how: str):
+    """Softmax regression whose rank 1 gets ``"killed"``, runs ``"out of memory"`` or is
+    ``"stuck"`` at its third training step (in a multi-process ``train``)."""
+    from torch import nn
+
+    net = nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 10))
+    net.register_forward_pre_hook(_FailingRank(how))
+    return net
+
+
 def tiny_mxnet_cnn():
     """The same network in Gluon (shapes are inferred on the first forward pass)."""
     from mxnet.gluon import nn
