@@ -1,0 +1,138 @@
+"""``tools/book.py execute``: one run fills every language; a failed run writes nothing.
+
+These run real (tiny) notebooks in a fresh kernel, in a temporary copy of the book's
+folders, so the committed notebooks are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="the book tools need the full environment")
+pytest.importorskip("nbclient", reason="the book tools need the full environment")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from pipeline import config, execute  # noqa: E402
+from pipeline.config import BookError  # noqa: E402
+
+SOURCE = """# {title}
+
+{prose}
+
+:::{{framework}} torch
+{answer_is} {{{{answer:.2f}}}}.
+:::
+
+:::{{framework}} mxnet
+MXNet: {{{{answer:.1f}}}}.
+:::
+
+```{{code-cell}} ipython3
+answer = 6 * 7  # {comment}
+print("answer", answer)
+```
+
+```{{code-cell}} ipython3
+{last}
+```
+"""
+TEXT = {"en": dict(title="Demo", prose="Shared text.", answer_is="The answer is",
+                   comment="the answer"),
+        "zh": dict(title="演示", prose="共同的文字。", answer_is="答案是", comment="答案")}
+
+
+@pytest.fixture
+def book(tmp_path, monkeypatch):
+    """An empty book in ``tmp_path``; ``book(last_cell)`` writes chapter ``demo``."""
+    monkeypatch.setattr(config, "CHAPTERS", tmp_path / "chapters")
+    monkeypatch.setattr(config, "NOTEBOOKS", tmp_path / "notebooks")
+
+    def write(last: str = "print(answer + 1)") -> Path:
+        for lang, text in TEXT.items():
+            path = tmp_path / "chapters" / lang / "demo.md"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(SOURCE.format(last=last, **text), encoding="utf-8")
+        return tmp_path
+
+    return write
+
+
+def _notebook(root: Path, lang: str) -> nbformat.NotebookNode:
+    return nbformat.read(root / "notebooks" / lang / "torch" / "demo.ipynb", 4)
+
+
+def test_one_run_fills_both_languages(book):
+    root = book()
+    written = execute.execute("demo", "torch")
+    assert sorted(p.relative_to(root).as_posix() for p in written) == [
+        "notebooks/en/torch/demo.ipynb", "notebooks/zh/torch/demo.ipynb"]
+    en, zh = _notebook(root, "en"), _notebook(root, "zh")
+    assert en.metadata["d2l_ext"]["run"] == zh.metadata["d2l_ext"]["run"]
+    assert en.metadata["d2l_ext"]["run"]["language"] == "en"
+    for nb, lang in ((en, "en"), (zh, "zh")):
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert code[1].outputs[0]["text"] == "answer 42\n"
+        assert code[2].outputs[0]["text"] == "43\n"
+        assert TEXT[lang]["comment"] in code[1].source  # each keeps its own comments
+        prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        assert f"{TEXT[lang]['answer_is']} 42.00." in prose
+        assert "MXNet" not in prose
+    assert "real run on" in en.cells[1].source and "真实运行" in zh.cells[1].source
+    assert not list(root.rglob("*.part"))
+
+
+def test_a_failing_run_leaves_the_committed_notebooks(book):
+    root = book()
+    execute.execute("demo", "torch")
+    before = {lang: (root / "notebooks" / lang / "torch" / "demo.ipynb").read_bytes()
+              for lang in ("en", "zh")}
+    book("raise RuntimeError('boom')")
+    with pytest.raises(BookError, match="committed notebooks are unchanged"):
+        execute.execute("demo", "torch")
+    for lang, content in before.items():
+        assert (root / "notebooks" / lang / "torch" / "demo.ipynb").read_bytes() == content
+    assert not list(root.rglob("*.part"))
+
+
+def test_an_interrupted_run_leaves_the_committed_notebooks(book):
+    root = book()
+    execute.execute("demo", "torch")
+    before = (root / "notebooks" / "zh" / "torch" / "demo.ipynb").read_bytes()
+    book("import time\ntime.sleep(60)")
+    timer = threading.Timer(8, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        # nbclient shuts the kernel down on SIGINT, so the error that surfaces varies
+        with pytest.raises(BaseException) as stopped:
+            execute.execute("demo", "torch")
+    finally:
+        timer.cancel()
+    assert "committed notebooks are unchanged" in " ".join(getattr(stopped.value, "__notes__",
+                                                                   []))
+    assert (root / "notebooks" / "zh" / "torch" / "demo.ipynb").read_bytes() == before
+    assert not list(root.rglob("*.part"))
+
+
+def test_unknown_chapter_names_the_known_ones(book):
+    book()
+    with pytest.raises(BookError, match="no chapter named nope; the chapters are: demo"):
+        execute.execute_all(["nope"], ["torch"], smoke=True)
+
+
+def test_write_notebooks_writes_all_or_nothing(tmp_path):
+    good = nbformat.v4.new_notebook()
+    bad = nbformat.v4.new_notebook()
+    bad.cells.append(object())  # cannot be serialised
+    (tmp_path / "a.ipynb").write_text("old a", encoding="utf-8")
+    with pytest.raises(TypeError):
+        execute.write_notebooks({tmp_path / "a.ipynb": good, tmp_path / "b.ipynb": bad})
+    assert (tmp_path / "a.ipynb").read_text(encoding="utf-8") == "old a"
+    assert not (tmp_path / "b.ipynb").exists()
+    assert not list(tmp_path.glob("*.part"))

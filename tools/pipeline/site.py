@@ -1,0 +1,97 @@
+"""Stage 5: the pages of each language -> two Jupyter Book editions -> ``_build/site``.
+
+Each edition is written as a small Jupyter Book project under ``_build/src/LANG`` (the
+shared ``_config.yml`` and ``_toc.yml``, the language's index page, figures and merged
+pages), built strictly, and copied to ``_build/site/LANG`` next to the committed
+notebooks its pages link to. The site's root page lets the reader pick an edition.
+Chinese search needs a word segmenter: Sphinx uses ``jieba`` when it is installed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import yaml
+
+from pipeline import config
+from pipeline.config import FRAMEWORKS, LANGUAGES, BookError, book_config
+from pipeline.notebooks import notebook_path, stale
+from pipeline.pages import merge
+from pipeline.sources import chapters
+
+MATHJAX_BUNDLE = "tex-chtml.js"  # the one bundle sphinx-mathjax-offline's pages load
+
+
+def write_edition(lang: str) -> Path:
+    """The Jupyter Book project of one edition, under ``_build/src/LANG``."""
+    src = config.BUILD / "src" / lang
+    if src.exists():
+        shutil.rmtree(src)
+    (src / "chapters").mkdir(parents=True)
+    cfg = book_config()
+    cfg["title"] = cfg.pop("title_by_language", {}).get(lang, cfg["title"])
+    sphinx = cfg.setdefault("sphinx", {})
+    sphinx.setdefault("config", {})["language"] = LANGUAGES[lang]["sphinx"]
+    sphinx["config"]["book_lang"] = lang
+    sphinx["config"]["book_other_lang"] = LANGUAGES[lang]["other"]
+    sphinx["config"]["book_root"] = str(config.ROOT)
+    sphinx["config"]["html_static_path"] = [str(config.STATIC)]
+    sphinx.setdefault("local_extensions", {})["book_ext"] = str(config.SPHINX_EXT)
+    (src / "_config.yml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    shutil.copy(config.ROOT / "_toc.yml", src / "_toc.yml")
+    shutil.copy(config.CHAPTERS / lang / "index.md", src / "index.md")
+    shutil.copy(config.STATIC / "favicon.svg", src / "favicon.svg")
+    if (config.CHAPTERS / lang / "img").exists():
+        shutil.copytree(config.CHAPTERS / lang / "img", src / "chapters" / "img")
+    for chapter in chapters(lang):
+        nbformat.write(merge(chapter), src / "chapters" / f"{chapter.name}.ipynb")
+    return src
+
+
+def prune_mathjax(static: Path) -> None:
+    """Drop the MathJax bundles no page loads (the offline copy ships every variant).
+
+    Extensions, fonts, the menu's renderers and the speech rules stay: MathJax loads them
+    on demand.
+    """
+    mathjax = static / "mathjax"
+    if not (mathjax / MATHJAX_BUNDLE).is_file():
+        raise BookError(f"{mathjax / MATHJAX_BUNDLE} is missing: is sphinx-mathjax-offline "
+                        "installed (requirements.txt) and still shipping that bundle?")
+    for bundle in [*mathjax.glob("tex-*.js"), *mathjax.glob("mml-*.js"), mathjax / "node-main.js"]:
+        if bundle.name != MATHJAX_BUNDLE:
+            bundle.unlink(missing_ok=True)
+
+
+def build() -> Path:
+    """Build both editions strictly into ``_build/site``; returns the site directory."""
+    problems = stale()
+    if problems:
+        raise BookError("run `python tools/book.py execute` first:\n  " + "\n  ".join(problems))
+    site = config.BUILD / "site"
+    if site.exists():
+        shutil.rmtree(site)
+    site.mkdir(parents=True)
+    for lang in LANGUAGES:
+        src = write_edition(lang)
+        out = config.BUILD / "jb" / lang
+        cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(src), "--all",
+               "-n", "-W", "--keep-going", "--path-output", str(out)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.stderr.write(done.stdout[-6000:] + done.stderr[-6000:])
+            raise BookError(f"the {lang} edition did not build cleanly (see above)")
+        shutil.copytree(out / "_build" / "html", site / lang)
+        prune_mathjax(site / lang / "_static")
+        for chapter in chapters(lang):
+            for fw in FRAMEWORKS:
+                dest = site / lang / "notebooks" / fw / f"{chapter.name}.ipynb"
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(notebook_path(chapter, fw), dest)
+    for name in ("root.html", "book.css", "favicon.svg"):
+        shutil.copy(config.STATIC / name, site / ("index.html" if name == "root.html" else name))
+    return site
