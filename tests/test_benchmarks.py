@@ -1,19 +1,22 @@
-"""The benchmark scripts' own logic (their figures are printed, never asserted)."""
+"""The benchmark scripts' own logic and their JSON results (figures are printed, never asserted)."""
 
-import importlib.util
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "multi_device.py"
-_spec = importlib.util.spec_from_file_location("multi_device", _PATH)
-multi_device = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(multi_device)
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import _record  # noqa: E402
+import multi_device  # noqa: E402
 
 
 @pytest.mark.parametrize("num_gpus, max_devices, counts", [
-    (0, None, [1, 2]),        # no GPU: one device and the two-CPU stand-in
-    (1, None, [1, 2]),        # one GPU: the stand-in still runs
+    (0, None, [1, 2]),        # no GPU: one CPU and the two-CPU stand-in
+    (1, None, [1]),           # one GPU: GPU rows only (a CPU pair would not be like for like)
     (2, None, [1, 2]),
     (4, None, [1, 2, 4]),
     (6, None, [1, 2, 4, 6]),  # all GPUs, even off the doubling sequence
@@ -22,3 +25,37 @@ _spec.loader.exec_module(multi_device)
 ])
 def test_device_counts_double_up_to_all_gpus(num_gpus, max_devices, counts):
     assert multi_device.device_counts(num_gpus, max_devices) == counts
+
+
+def test_table_aligns_columns_with_their_formats():
+    text = _record.table(["devices", "acc"], [["1 x cpu", 0.91234], ["2 x cpu", 0.9]],
+                         ["", ".3f"])
+    assert text.splitlines() == ["devices    acc", "1 x cpu  0.912", "2 x cpu  0.900"]
+
+
+def test_saved_result_is_stamped_with_the_machine(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "results" / "demo.json"
+    _record.save(out, "demo", "torch", {"epochs": 1}, ["a"], [[1.5]], [".1f"])
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["benchmark"] == "demo" and result["rows"] == [[1.5]]
+    machine = result["machine"]
+    assert machine["framework"].startswith("PyTorch") and machine["date"] and machine["cpu"]
+    assert "gpus" in machine and "driver" in machine
+    assert len(result["commit"].rstrip("+")) in (0, 40)
+    assert not list(out.parent.glob("*.part"))
+
+
+def test_multi_device_writes_its_json_at_smoke_size(tmp_path, fmnist_dir):
+    pytest.importorskip("torch")
+    out = tmp_path / "multi_device.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "multi_device.py"),
+                           "--json", str(out), "--max-devices", "1"],
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, D2L_SMOKE="1", D2L_DATA_DIR=str(fmnist_dir)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["columns"] == ["devices", "test acc", "sec/epoch", "images/sec"]
+    assert [row[0] for row in result["rows"]] == ["1 x cpu"]
+    assert result["args"]["num_train"] == 256  # D2L_SMOKE shrank the defaults
+    assert "test acc" in done.stdout
