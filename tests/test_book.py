@@ -98,6 +98,7 @@ def test_executed_notebooks_record_their_run_and_have_no_errors(name, lang):
         run = nb.metadata["d2l_ext"]["run"]
         assert run["machine"] and run["framework"] and run["date"]
         assert nb.cells[1].metadata["d2l_ext"]["role"] == "run-note"
+        assert nb.metadata["language_info"]["pygments_lexer"] == "ipython3"  # the kernel's
         assert runinfo.machine_name(run, lang) in nb.cells[1].source
         errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
                   if o.output_type == "error"]

@@ -76,6 +76,8 @@ def test_one_run_fills_both_languages(book):
     en, zh = _notebook(root, "en"), _notebook(root, "zh")
     assert en.metadata["d2l_ext"]["run"] == zh.metadata["d2l_ext"]["run"]
     assert en.metadata["d2l_ext"]["run"]["language"] == "en"
+    for nb in (en, zh):  # the kernel's: pages highlight `!cmd` lines as IPython
+        assert nb.metadata["language_info"]["pygments_lexer"] == "ipython3"
     for nb, lang in ((en, "en"), (zh, "zh")):
         code = [c for c in nb.cells if c.cell_type == "code"]
         assert code[1].outputs[0]["text"] == "answer 42\n"

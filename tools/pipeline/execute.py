@@ -103,6 +103,7 @@ def execute(name: str, framework: str, smoke: bool = False, timeout: int = 1800)
         for cell in book.cells:
             if cell.cell_type == "markdown":
                 cell.source = fill(cell.source, values)
+        book.metadata["language_info"] = copy.deepcopy(nb.metadata["language_info"])
         book.metadata["d2l_ext"].update(run=run, values=values)
         note = nbformat.v4.new_markdown_cell(run_note(run, lang))
         note.metadata["d2l_ext"] = {"role": "run-note"}
