@@ -19,6 +19,7 @@ from d2l_ext.utils import (
     TrainProgress,
     TrainResult,
     check_split,
+    message,
 )
 
 _NEEDS = ("d2l_ext.mxnet needs MXNet 1.9.1 with numpy < 1.24 (numpy 1.23.5), which exists "
@@ -41,8 +42,8 @@ npx.set_np()
 __all__ = [
     "Accumulator", "Animator", "Benchmark", "Timer", "TrainResult", "Residual", "accuracy",
     "cpu", "evaluate_accuracy_gpu", "evaluate_accuracy_gpus", "get_dataloader_workers", "gpu",
-    "load_data_fashion_mnist", "num_gpus", "resnet18", "split_batch", "train",
-    "try_all_devices", "try_all_gpus", "try_gpu",
+    "load_data_fashion_mnist", "message", "num_gpus", "resnet18", "sgd", "split_batch",
+    "train", "try_all_devices", "try_all_gpus", "try_gpu",
 ]
 
 
@@ -208,6 +209,13 @@ def evaluate_accuracy_gpus(net: nn.Block, data_iter, split_f=split_batch) -> flo
 
 
 # ---------------------------------------------------------------- training
+def sgd(params, lr: float, batch_size: int) -> None:
+    """Minibatch stochastic gradient descent on ``params`` (as d2l): each parameter moves by
+    ``lr`` times its gradient divided by ``batch_size``."""
+    for param in params:
+        param[:] = param - lr * param.grad / batch_size
+
+
 def train(net: nn.Block, devices: Sequence[mx.Context], batch_size: int, lr: float,
           num_epochs: int = 10, *, warmup_epochs: float = 1.0,
           num_train: int | None = None, num_test: int | None = None,

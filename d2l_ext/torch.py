@@ -29,13 +29,14 @@ from d2l_ext.utils import (
     TrainProgress,
     TrainResult,
     check_split,
+    message,
 )
 
 __all__ = [
     "Accumulator", "Animator", "Benchmark", "Timer", "TrainResult", "Residual",
     "accuracy", "cpu", "evaluate_accuracy_gpu", "get_dataloader_workers", "gpu",
-    "load_data_fashion_mnist", "num_gpus", "resnet18", "split_batch", "train",
-    "try_all_devices", "try_all_gpus", "try_gpu",
+    "load_data_fashion_mnist", "message", "num_gpus", "resnet18", "sgd", "split_batch",
+    "train", "try_all_devices", "try_all_gpus", "try_gpu",
 ]
 
 
@@ -227,6 +228,15 @@ def evaluate_accuracy_gpu(net: nn.Module, data_iter, device: torch.device | None
 
 
 # ---------------------------------------------------------------- training
+def sgd(params, lr: float, batch_size: int) -> None:
+    """Minibatch stochastic gradient descent on ``params`` (as d2l): each parameter moves by
+    ``lr`` times its gradient divided by ``batch_size``; the gradients are then zeroed."""
+    with torch.no_grad():
+        for param in params:
+            param -= lr * param.grad / batch_size
+            param.grad.zero_()
+
+
 @dataclass
 class _Config:
     batch_size: int

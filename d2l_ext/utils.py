@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -88,6 +89,27 @@ def check_split(num_x: int, num_y: int, num_devices: int) -> None:
     if num_x < num_devices:
         raise ValueError(f"cannot split {num_x} examples across {num_devices} devices: "
                          "use a batch with at least as many examples as devices.")
+
+
+LANGUAGES = ("en", "zh")
+
+
+def reader_language() -> str:
+    """The language of the book edition a notebook belongs to: ``en`` or ``zh``.
+
+    Each notebook's first cell sets ``D2L_LANG``; outside the book's notebooks it is ``en``.
+    """
+    lang = os.environ.get("D2L_LANG", "en")
+    return lang if lang in LANGUAGES else "en"
+
+
+def message(en: str, zh: str) -> str:
+    """``en`` or ``zh``, whichever is the reader's language (:func:`reader_language`).
+
+    The check cells of the exercises answer with it, so that one code cell serves both
+    editions of the book.
+    """
+    return zh if reader_language() == "zh" else en
 
 
 def in_notebook() -> bool:

@@ -19,7 +19,7 @@ import pytest
 
 SHARED = ["Benchmark", "Timer", "Accumulator", "Animator", "try_gpu", "try_all_gpus",
           "num_gpus", "split_batch", "Residual", "resnet18", "evaluate_accuracy_gpu",
-          "load_data_fashion_mnist", "get_dataloader_workers", "accuracy"]
+          "load_data_fashion_mnist", "get_dataloader_workers", "accuracy", "sgd"]
 ONLY = {"mxnet": ["evaluate_accuracy_gpus"], "torch": []}
 METHODS = {"Timer": ["start", "stop", "avg", "sum", "cumsum"], "Accumulator": ["add", "reset"],
            "Animator": ["add"]}

@@ -42,6 +42,13 @@ print("answer", answer)
 ```{{code-cell}} ipython3
 {last}
 ```
+
+```{{code-cell}} ipython3
+from d2l_ext.utils import message as _message
+class d2l:  # stands in for `from d2l_ext import torch as d2l` (faster to import)
+    message = staticmethod(_message)
+print(d2l.message(en="Correct.", zh="正确。"))
+```
 """
 TEXT = {"en": dict(title="Demo", prose="Shared text.", answer_is="The answer is",
                    comment="the answer"),
@@ -82,6 +89,8 @@ def test_one_run_fills_both_languages(book):
         code = [c for c in nb.cells if c.cell_type == "code"]
         assert code[1].outputs[0]["text"] == "answer 42\n"
         assert code[2].outputs[0]["text"] == "43\n"
+        assert code[3].outputs[0]["text"] == {"en": "Correct.\n", "zh": "正确。\n"}[lang]
+        assert f'os.environ["D2L_LANG"] = {lang!r}' in code[0].source
         assert TEXT[lang]["comment"] in code[1].source  # each keeps its own comments
         prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
         assert f"{TEXT[lang]['answer_is']} 42.00." in prose

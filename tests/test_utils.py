@@ -304,3 +304,14 @@ def test_train_result_summary_without_epochs_and_device_names():
     assert same.summary() == "no epochs trained on 2 x cpu"
     mixed = utils.TrainResult(["cpu(0)", "cpu(1)"], 128, 0.2)
     assert mixed.device_names() == "cpu(0), cpu(1)"
+
+
+def test_message_answers_in_the_reader_language(monkeypatch):
+    from d2l_ext.utils import message, reader_language
+
+    monkeypatch.delenv("D2L_LANG", raising=False)
+    assert reader_language() == "en" and message(en="Correct.", zh="正确。") == "Correct."
+    monkeypatch.setenv("D2L_LANG", "zh")
+    assert reader_language() == "zh" and message(en="Correct.", zh="正确。") == "正确。"
+    monkeypatch.setenv("D2L_LANG", "fr")  # not an edition of the book: English
+    assert message(en="Correct.", zh="正确。") == "Correct."

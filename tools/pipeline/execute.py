@@ -4,7 +4,8 @@ A chapter's code cells are the same in every language (comments apart), so each
 framework's notebook is executed once, in a fresh kernel, from the ``RUN_LANGUAGE``
 source. Its outputs and the values its prose cites are then written into the notebook of
 every language: both editions show the same numbers from the same run, each with a run
-note in its own language.
+note in its own language. Only the cells that call ``d2l.message`` (checks that answer in
+the reader's language) run again for each other language, at the end of the same run.
 
 Nothing is written unless the run succeeds, and then the notebooks of all languages are
 replaced together (:func:`write_notebooks`): a failed or interrupted run leaves the
@@ -29,6 +30,10 @@ from pipeline.config import RUN_LANGUAGE, BookError, shown
 from pipeline.notebooks import notebook_path, placeholders, split, title_index
 from pipeline.runinfo import probe, run_note
 from pipeline.sources import chapter_names, check_same_code, editions, fill
+
+#: Code cells that contain this answer in the reader's language (the exercises' checks):
+#: they are run again for every other language, after the whole notebook, in its kernel.
+LANGUAGE_DEPENDENT = "d2l.message("
 
 
 def _printed_json(cell: nbformat.NotebookNode) -> dict:
@@ -71,15 +76,28 @@ def execute(name: str, framework: str, smoke: bool = False, timeout: int = 1800)
     check_same_code(versions)
     books = {lang: split(chapter, framework) for lang, chapter in versions.items()}
     nb = copy.deepcopy(books[RUN_LANGUAGE])
+    ran = [c for c in nb.cells if c.cell_type == "code"]
     wanted = {}
     for book in books.values():
         wanted.update(placeholders(book))
-    cells = len(nb.cells)
-    nb.cells.append(nbformat.v4.new_code_cell(
+    values_cell = nbformat.v4.new_code_cell(
         "import json as _json\nprint(_json.dumps({"
         + ", ".join(f"{key!r}: format({expr}, {fmt!r})" for key, (expr, fmt) in wanted.items())
-        + "}))"))
-    nb.cells.append(nbformat.v4.new_code_cell(probe(framework)))
+        + "}))")
+    probe_cell = nbformat.v4.new_code_cell(probe(framework))
+    nb.cells += [values_cell, probe_cell]
+    # Cells that answer in the reader's language run again, at the end of the same
+    # kernel session, once per other language: {lang: {code cell ordinal: rerun cell}}.
+    reruns: dict[str, dict[int, nbformat.NotebookNode]] = {}
+    for lang, book in books.items():
+        if lang == RUN_LANGUAGE:
+            continue
+        nb.cells.append(nbformat.v4.new_code_cell(
+            f"import os as _os\n_os.environ['D2L_LANG'] = {lang!r}"))
+        code = [c for c in book.cells if c.cell_type == "code"]
+        reruns[lang] = {i: nbformat.v4.new_code_cell(c.source) for i, c in enumerate(code)
+                        if LANGUAGE_DEPENDENT in c.source}
+        nb.cells += reruns[lang].values()
     try:
         run_notebook(nb, smoke, timeout)
     except CellExecutionError as err:
@@ -89,16 +107,15 @@ def execute(name: str, framework: str, smoke: bool = False, timeout: int = 1800)
         err.add_note(f"{name} ({framework}): the run stopped; the committed notebooks "
                      "are unchanged.")
         raise
-    run = dict(_printed_json(nb.cells[-1]), size="smoke" if smoke else "full",
+    run = dict(_printed_json(probe_cell), size="smoke" if smoke else "full",
                language=RUN_LANGUAGE)
-    values = _printed_json(nb.cells[-2])
-    ran = [c for c in nb.cells[:cells] if c.cell_type == "code"]
+    values = _printed_json(values_cell)
 
     written = {}
     for lang, book in books.items():
         code = [c for c in book.cells if c.cell_type == "code"]
-        for mine, theirs in zip(code, ran, strict=True):
-            mine.outputs = copy.deepcopy(theirs.outputs)
+        for i, (mine, theirs) in enumerate(zip(code, ran, strict=True)):
+            mine.outputs = copy.deepcopy(reruns.get(lang, {}).get(i, theirs).outputs)
             mine.execution_count = theirs.execution_count
         for cell in book.cells:
             if cell.cell_type == "markdown":

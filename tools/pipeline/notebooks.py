@@ -19,14 +19,24 @@ from pipeline.config import FRAMEWORKS, BookError, repository, shown
 from pipeline.sources import PLACEHOLDER, Chapter, chapters, prose_for
 
 
-def install_cell(framework: str) -> nbformat.NotebookNode:
-    """The first cell: installs d2l_ext where it is missing (Colab, Studio Lab)."""
+def install_cell(framework: str, lang: str) -> nbformat.NotebookNode:
+    """The first cell: installs d2l_ext where it is missing (Colab, Studio Lab), and sets
+    the notebook's language, in which ``d2l.message`` answers (the exercises' checks)."""
     slug, branch = repository()
     extra = "torch" if framework == "torch" else "mxnet"
-    lines = ["# Installs what Colab / SageMaker Studio Lab lack; nothing where d2l_ext is there."]
-    if framework == "mxnet":
-        lines.append("# MXNet 1.9.1 needs Python 3.11 and numpy < 1.24 (numpy 1.23.5).")
+    comments = {
+        "en": ["# Installs what Colab / SageMaker Studio Lab lack; nothing where d2l_ext is there.",
+               "# MXNet 1.9.1 needs Python 3.11 and numpy < 1.24 (numpy 1.23.5).",
+               "# the language in which the exercises' checks answer"],
+        "zh": ["# 安装 Colab / SageMaker Studio Lab 缺少的包；已装有 d2l_ext 时什么也不做。",
+               "# MXNet 1.9.1 需要 Python 3.11 和 numpy < 1.24（即 numpy 1.23.5）。",
+               "# 练习的检查单元用这种语言作答"],
+    }[lang]
+    lines = comments[:1] + (comments[1:2] if framework == "mxnet" else [])
     lines += ["import importlib.util",
+              "import os",
+              "",
+              f"os.environ[\"D2L_LANG\"] = {lang!r}  {comments[2]}",
               "if importlib.util.find_spec('d2l_ext') is None:",
               f"    !pip install -q \"d2l-ext[{extra}] @ git+https://github.com/{slug}@{branch}\""]
     cell = nbformat.v4.new_code_cell("\n".join(lines))
@@ -51,7 +61,7 @@ def split(chapter: Chapter, framework: str) -> nbformat.NotebookNode:
                 new.metadata["d2l_ext"] = {"source_index": index}
                 nb.cells.append(new)
             if not title_done and re.search(r"^# ", cell.source, re.M):
-                nb.cells.append(install_cell(framework))
+                nb.cells.append(install_cell(framework, chapter.lang))
                 title_done = True
         else:
             new = nbformat.v4.new_code_cell(cell.source)
