@@ -61,6 +61,47 @@ def test_same_sections_figures_and_values_in_both_languages(name):
             assert (config.CHAPTERS / lang / figure).is_file(), f"{lang}: {figure} is missing"
 
 
+DRAINS = ("barrier()", "npx.waitall()", "torch.cuda.synchronize(", ".wait_to_read()")
+TIMER_STARTS = re.compile(r"\s*(with d2l\.Benchmark\(|start(_event)? = |start_event\.record\()")
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_timed_blocks_start_with_the_queue_drained(name):
+    """Every timer starts right after a barrier (within two statements), so that it does not
+    count work an earlier line left in the queue (d2l's MXNet page did, and measured 2x)."""
+    chapter = sources.parse(config.CHAPTERS / "en" / f"{name}.md")
+    for cell in (c for c in chapter.cells if c.kind == "code"):
+        lines = [line for line in cell.source.splitlines()
+                 if line.strip() and not line.strip().startswith("#")]
+        for i, line in enumerate(lines):
+            if TIMER_STARTS.match(line) and "Event(" not in line:
+                before = lines[max(0, i - 2):i]
+                assert any(d in b for b in before for d in DRAINS), \
+                    f"{name}: no barrier before the timer in\n" + "\n".join(before + [line])
+
+
+def test_the_drain_check_catches_an_undrained_timer(tmp_path):
+    (tmp_path / "en").mkdir()
+    (tmp_path / "en" / "demo.md").write_text(
+        "# Demo\n\n```{code-cell} ipython3\ny = x + 1\nstart = time.perf_counter()\n```\n",
+        encoding="utf-8")
+    import unittest.mock
+    with unittest.mock.patch.object(config, "CHAPTERS", tmp_path):
+        with pytest.raises(AssertionError, match="no barrier before the timer"):
+            test_timed_blocks_start_with_the_queue_drained("demo")
+
+
+def test_the_multi_gpu_page_shows_the_ddp_loop():
+    """The page teaches DistributedDataParallel with the code itself, not hidden in d2l_ext."""
+    chapter = sources.parse(config.CHAPTERS / "en" / "multi-gpu-concise.md")
+    torch_code = "\n".join(c.source for c in chapter.cells
+                           if c.kind == "code" and c.framework == "torch")
+    for call in ("dist.init_process_group(", "DistributedDataParallel(net",
+                 "DistributedSampler(", "sampler.set_epoch(epoch)", "dist.all_reduce(",
+                 "if rank == 0:", "dist.broadcast(", "torch.distributed.run"):
+        assert call in torch_code, f"the page does not show {call}"
+
+
 def test_comment_stripping_keeps_code_and_nbval_markers():
     a = '# NBVAL_CHECK_OUTPUT\ndef f():\n    """English."""\n    return 1  # one\n'
     b = '# NBVAL_CHECK_OUTPUT\ndef f():\n    """中文。"""\n    return 1  # 一\n'
@@ -123,7 +164,8 @@ def test_both_editions_come_from_one_run(name, fw):
 
 
 def test_parser_and_splitter_on_a_small_source(tmp_path):
-    src = tmp_path / "demo.md"
+    (tmp_path / "en").mkdir()
+    src = tmp_path / "en" / "demo.md"
     src.write_text("""---
 kernelspec: {name: python3}
 ---

@@ -96,8 +96,8 @@ def test_torchrun_names_a_killed_rank_of_the_chapter_script(tmp_path, fmnist_dir
     env = dict(os.environ, OMP_NUM_THREADS="1", D2L_DATA_DIR=str(fmnist_dir))
     launcher = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         "train_ddp.py", "--epochs", "3", "--batch-per-device", "16", "--num-train", "1024",
-         "--num-test", "128"],
+         "train_ddp.py", "--cpu", "--epochs", "3", "--batch-per-device", "16",
+         "--num-train", "1024", "--num-test", "128"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + LIMIT

@@ -14,14 +14,32 @@ TEXT = {
     "en": {
         "frontend": "Frontend", "backend": "Backend", "queue": "operation queue",
         "threads": "worker threads", "gpu": "GPU streams", "others": "C++, Scala, R, …",
-        "deps": "dependency tracking", "issue": "issue", "execute": "execute",
+        "deps": "dependency engine", "issue": "issue", "execute": "execute",
         "time": "time", "wait": "print(z): waits", "const": "2",
+        "call": "torch.mm(a, b)", "cpu_tensor": "CPU tensors", "cuda_tensor": "CUDA tensors",
+        "inline": "operator runs inline", "returns_done": "returns when the result exists",
+        "launch": "launch kernel", "returns_now": "returns at once",
+        "stream": "CUDA stream, in issue order", "device": "GPU",
+        "minibatch": "minibatch", "shard": "shard", "fwd_bwd": "forward + backward",
+        "allreduce": "all-reduce: average the gradients", "update": "same update",
+        "compute": "compute", "comm": "communication", "fwd": "forward",
+        "bwd": "backward", "bucket": "bucket", "ar": "all-reduce", "opt": "step",
+        "overlap": "DDP: each bucket is all-reduced while backward goes on",
     },
     "zh": {
         "frontend": "前端", "backend": "后端", "queue": "操作队列",
         "threads": "工作线程", "gpu": "GPU 流", "others": "C++、Scala、R……",
-        "deps": "依赖跟踪", "issue": "发出", "execute": "执行",
+        "deps": "依赖引擎", "issue": "发出", "execute": "执行",
         "time": "时间", "wait": "print(z)：等待", "const": "2",
+        "call": "torch.mm(a, b)", "cpu_tensor": "CPU 张量", "cuda_tensor": "CUDA 张量",
+        "inline": "算子在调用线程中执行", "returns_done": "结果算好才返回",
+        "launch": "发射内核", "returns_now": "立即返回",
+        "stream": "CUDA 流：按发出顺序执行", "device": "GPU",
+        "minibatch": "小批量", "shard": "分片", "fwd_bwd": "前向 + 反向",
+        "allreduce": "全归约：对梯度求平均", "update": "相同的更新",
+        "compute": "计算", "comm": "通信", "fwd": "前向",
+        "bwd": "反向", "bucket": "桶", "ar": "全归约", "opt": "更新",
+        "overlap": "DDP：反向传播还在进行时，已算好的梯度桶就开始全归约",
     },
 }
 
@@ -54,7 +72,7 @@ def arrow(x1, y1, x2, y2):
     return f'<path class="arrow" d="M{x1},{y1} L{x2},{y2}"/>'
 
 
-def frontend_backend(t: dict) -> str:
+def frontend_backend_mxnet(t: dict) -> str:
     body = [
         f'<text class="title" x="20" y="24">{t["frontend"]}</text>',
         box(20, 40, 140, 40, "Python"), box(20, 95, 140, 40, t["others"]),
@@ -67,6 +85,52 @@ def frontend_backend(t: dict) -> str:
         box(545, 95, 85, 40, t["gpu"], "back", "small"),
     ]
     return svg(650, 150, "\n".join(body))
+
+
+def frontend_backend_torch(t: dict) -> str:
+    body = [
+        f'<text class="title" x="20" y="24">{t["frontend"]}</text>',
+        f'<text class="title" x="270" y="24">{t["backend"]}</text>',
+        box(20, 80, 150, 40, t["call"]),
+        arrow(170, 92, 258, 62), arrow(170, 108, 258, 138),
+        f'<text class="small" x="172" y="62">{t["cpu_tensor"]}</text>',
+        f'<text class="small" x="172" y="148">{t["cuda_tensor"]}</text>',
+        box(260, 40, 190, 40, t["inline"], "back", "small"),
+        f'<text class="small" x="460" y="65">→ {t["returns_done"]}</text>',
+        box(260, 120, 110, 40, t["launch"], "box", "small"),
+        f'<text class="small" x="262" y="178">→ {t["returns_now"]}</text>',
+        arrow(370, 140, 400, 140),
+        box(402, 120, 210, 40, t["stream"], "back", "small"),
+        arrow(612, 140, 642, 140),
+        box(644, 120, 60, 40, t["device"], "back"),
+    ]
+    return svg(720, 190, "\n".join(body))
+
+
+def data_parallel(t: dict) -> str:
+    body = [box(20, 70, 110, 40, t["minibatch"]), arrow(130, 82, 170, 52), arrow(130, 98, 170, 128)]
+    for i, y in enumerate((30, 110)):
+        body += [box(172, y, 90, 40, f'{t["shard"]} {i + 1}'), arrow(262, y + 20, 292, y + 20),
+                 box(294, y, 170, 40, f'GPU {i}: {t["fwd_bwd"]}', "back", "small"),
+                 arrow(464, y + 20, 494, 90 if i else 70),
+                 arrow(704, 90 if i else 70, 734, y + 20),
+                 box(736, y, 120, 40, t["update"], "box", "small")]
+    body.append(box(496, 55, 206, 50, t["allreduce"], "back", "small"))
+    # DDP's overlap: backward runs bucket by bucket, each bucket's all-reduce starts at once
+    top = 190
+    body += [f'<text class="title" x="20" y="{top}">{t["overlap"]}</text>',
+             f'<text class="small" x="20" y="{top + 32}">{t["compute"]}</text>',
+             f'<text class="small" x="20" y="{top + 72}">{t["comm"]}</text>',
+             box(110, top + 14, 150, 28, t["fwd"], "box", "small")]
+    for j, b in enumerate((3, 2, 1)):
+        x = 260 + 130 * j
+        body.append(box(x, top + 14, 130, 28, f'{t["bwd"]}: {t["bucket"]} {b}', "back", "small"))
+        body.append(box(x + 130, top + 54, 120, 28, f'{t["ar"]} {b}', "box", "small"))
+        body.append(arrow(x + 130, top + 42, x + 132, top + 53))
+    body += [box(770, top + 14, 80, 28, t["opt"], "box", "small"),
+             arrow(110, top + 100, 860, top + 100),
+             f'<text class="small" x="820" y="{top + 118}">{t["time"]}</text>']
+    return svg(880, top + 130, "\n".join(body))
 
 
 def dependency_graph(t: dict) -> str:
@@ -100,8 +164,10 @@ def main() -> None:
     for lang, t in TEXT.items():
         out = ROOT / "chapters" / lang / "img"
         out.mkdir(parents=True, exist_ok=True)
-        for name, draw in [("frontend-backend", frontend_backend),
-                           ("dependency-graph", dependency_graph), ("timeline", timeline)]:
+        for name, draw in [("frontend-backend-torch", frontend_backend_torch),
+                           ("frontend-backend-mxnet", frontend_backend_mxnet),
+                           ("dependency-graph", dependency_graph), ("timeline", timeline),
+                           ("data-parallel", data_parallel)]:
             (out / f"{name}.svg").write_text(draw(t), encoding="utf-8")
 
 
