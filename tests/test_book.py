@@ -91,6 +91,17 @@ def test_the_drain_check_catches_an_undrained_timer(tmp_path):
             test_timed_blocks_start_with_the_queue_drained("demo")
 
 
+HAN = "\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
+
+
+@pytest.mark.parametrize("name", CHAPTERS + ["index"])
+def test_chinese_lines_are_not_broken_between_characters(name):
+    """A line break inside Chinese prose renders as a stray space between two characters."""
+    text = (config.CHAPTERS / "zh" / f"{name}.md").read_text(encoding="utf-8")
+    broken = re.findall(f"[{HAN}]\n[{HAN}]", text)
+    assert broken == [], f"zh/{name}.md breaks a line inside Chinese text: {broken[:3]}"
+
+
 def test_the_multi_gpu_page_shows_the_ddp_loop():
     """The page teaches DistributedDataParallel with the code itself, not hidden in d2l_ext."""
     chapter = sources.parse(config.CHAPTERS / "en" / "multi-gpu-concise.md")

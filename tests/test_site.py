@@ -237,3 +237,17 @@ def test_search_for_an_absent_term_finds_nothing(page, site_url):
     page.wait_for_function(
         "() => document.querySelector('#search-results')?.textContent.length > 0")
     assert page.locator("#search-results ul.search li").count() == 0
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_multi_gpu_page_shows_the_ddp_loop_under_the_pytorch_tab(page, site_url, lang):
+    page.goto(f"{site_url}/{lang}/chapters/multi-gpu-concise.html")
+    page.locator(".book-bar .fw-tab[data-fw=torch]").click()
+    script = page.locator(".tag_torch", has_text="%%writefile train_ddp.py")
+    assert script.is_visible()
+    for call in ("init_process_group", "DistributedDataParallel(net", "sampler.set_epoch(epoch)",
+                 "dist.all_reduce"):
+        assert call in script.inner_text()
+    page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
+    assert not script.is_visible()
+    assert page.errors == []
