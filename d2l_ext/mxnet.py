@@ -93,8 +93,8 @@ def split_batch(X: np.ndarray, y: np.ndarray,
 
 
 # ---------------------------------------------------------------- models
-class Residual(nn.Block):
-    """The residual block of ResNet (d2l's)."""
+class Residual(nn.HybridBlock):
+    """The residual block of ResNet (d2l's, as a ``HybridBlock``: ``hybridize()`` compiles it)."""
 
     def __init__(self, num_channels: int, use_1x1conv: bool = False, strides: int = 1,
                  **kwargs) -> None:
@@ -106,20 +106,23 @@ class Residual(nn.Block):
         self.bn1 = nn.BatchNorm()
         self.bn2 = nn.BatchNorm()
 
-    def forward(self, X):
-        Y = npx.relu(self.bn1(self.conv1(X)))
+    def hybrid_forward(self, F, X):
+        Y = F.npx.relu(self.bn1(self.conv1(X)))
         Y = self.bn2(self.conv2(Y))
         if self.conv3:
             X = self.conv3(X)
-        return npx.relu(Y + X)
+        return F.npx.relu(Y + X)
 
 
-def resnet18(num_classes: int) -> nn.Sequential:
-    """d2l's ResNet-18 variant for small images: 3x3 stem, stride 1, no max-pooling."""
+def resnet18(num_classes: int) -> nn.HybridSequential:
+    """d2l's ResNet-18 variant for small images: 3x3 stem, stride 1, no max-pooling.
+
+    Built from hybrid blocks, so that ``net.hybridize()`` compiles the whole network.
+    """
 
     def resnet_block(num_channels: int, num_residuals: int,
-                     first_block: bool = False) -> nn.Sequential:
-        blk = nn.Sequential()
+                     first_block: bool = False) -> nn.HybridSequential:
+        blk = nn.HybridSequential()
         for i in range(num_residuals):
             if i == 0 and not first_block:
                 blk.add(Residual(num_channels, use_1x1conv=True, strides=2))
@@ -127,7 +130,7 @@ def resnet18(num_classes: int) -> nn.Sequential:
                 blk.add(Residual(num_channels))
         return blk
 
-    net = nn.Sequential()
+    net = nn.HybridSequential()
     net.add(nn.Conv2D(64, kernel_size=3, strides=1, padding=1),
             nn.BatchNorm(), nn.Activation("relu"))
     net.add(resnet_block(64, 2, first_block=True), resnet_block(128, 2),
@@ -220,7 +223,8 @@ def train(net: nn.Block, devices: Sequence[mx.Context], batch_size: int, lr: flo
           num_epochs: int = 10, *, warmup_epochs: float = 1.0,
           num_train: int | None = None, num_test: int | None = None,
           num_workers: int = 0, root: str | os.PathLike | None = None,
-          seed: int = 0, verbose: bool = True) -> TrainResult:
+          seed: int = 0, verbose: bool = True, pin_memory: bool = False,
+          hybridize: bool = False, kvstore: str | None = None) -> TrainResult:
     """Train ``net`` on Fashion-MNIST with SGD on one device or several.
 
     The parameters are (re)initialised on every device in ``devices``; each
@@ -229,6 +233,14 @@ def train(net: nn.Block, devices: Sequence[mx.Context], batch_size: int, lr: flo
     on CPU contexts). The learning rate rises linearly to ``lr`` over the first
     ``warmup_epochs`` epochs. Without GPUs, pass ``[cpu(0), cpu(1)]``: the code
     is the same, the speed is not.
+
+    The defaults train as d2l does. Switches (chapter 3): ``num_workers`` loader
+    processes and ``pin_memory`` (page-locked batches, for copies to a GPU);
+    ``hybridize=True``: ``net.hybridize(static_alloc=True, static_shape=True)``, MXNet's
+    compiler (the network must be built of hybrid blocks, as :func:`resnet18` is);
+    ``kvstore``: where the gradients are summed (``"device"``: on the GPUs, ``"local"``:
+    on the CPU, ``"nccl"`` in builds with NCCL; default: ``"device"`` on GPUs, else
+    ``"local"``).
 
     Returns per-epoch loss, accuracies, seconds and images per second; in a
     notebook the curves are drawn live.
@@ -241,10 +253,18 @@ def train(net: nn.Block, devices: Sequence[mx.Context], batch_size: int, lr: flo
     mx.random.seed(seed)
     numpy.random.seed(seed)
     net.initialize(init=init.Xavier(), ctx=devices, force_reinit=True)
-    kvstore = "device" if all(d.device_type == "gpu" for d in devices) else "local"
+    if hybridize:
+        if not isinstance(net, gluon.HybridBlock):
+            raise ValueError(f"hybridize=True needs a HybridBlock; {type(net).__name__} is a "
+                             "plain Block. Build the network from nn.HybridSequential and "
+                             "HybridBlocks (as d2l.resnet18 does).")
+        net.hybridize(static_alloc=True, static_shape=True)
+    if kvstore is None:
+        kvstore = "device" if all(d.device_type == "gpu" for d in devices) else "local"
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": lr}, kvstore=kvstore)
     train_iter, test_iter = load_data_fashion_mnist(
-        batch_size, root=root, num_workers=num_workers, num_train=num_train, num_test=num_test)
+        batch_size, root=root, num_workers=num_workers, pin_memory=pin_memory,
+        num_train=num_train, num_test=num_test)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     progress = TrainProgress(TrainResult([str(d) for d in devices], batch_size, lr),
                              num_epochs, verbose)

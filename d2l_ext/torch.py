@@ -20,7 +20,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils import data
 
-from d2l_ext import fashion_mnist
+from d2l_ext import fashion_mnist, tuning
+from d2l_ext.tuning import LAMB, DeviceLoader
 from d2l_ext.utils import (
     Accumulator,
     Animator,
@@ -33,7 +34,8 @@ from d2l_ext.utils import (
 )
 
 __all__ = [
-    "Accumulator", "Animator", "Benchmark", "Timer", "TrainResult", "Residual",
+    "Accumulator", "Animator", "Benchmark", "DeviceLoader", "LAMB", "Timer", "TrainResult",
+    "Residual",
     "accuracy", "cpu", "evaluate_accuracy_gpu", "get_dataloader_workers", "gpu",
     "load_data_fashion_mnist", "message", "num_gpus", "resnet18", "sgd", "split_batch",
     "train", "try_all_devices", "try_all_gpus", "try_gpu",
@@ -100,23 +102,27 @@ class Residual(nn.Module):
     """The residual block of ResNet (d2l's, with lazy input sizes).
 
     Give ``in_channels`` to build it eagerly (as :func:`resnet18` does), so that
-    its parameters exist before the first forward pass.
+    its parameters exist before the first forward pass. ``bias=False`` drops the bias of
+    the convolutions that BatchNorm follows (BatchNorm subtracts the mean, bias included).
     """
 
     def __init__(self, num_channels: int, use_1x1conv: bool = False, strides: int = 1,
-                 in_channels: int | None = None) -> None:
+                 in_channels: int | None = None, bias: bool = True) -> None:
         super().__init__()
 
-        def conv(kernel_size: int, stride: int, padding: int, first: bool) -> nn.Module:
+        def conv(kernel_size: int, stride: int, padding: int, first: bool,
+                 bias: bool = bias) -> nn.Module:
             if first and in_channels is not None:
-                return nn.Conv2d(in_channels, num_channels, kernel_size, stride, padding)
+                return nn.Conv2d(in_channels, num_channels, kernel_size, stride, padding,
+                                 bias=bias)
             if first:
-                return nn.LazyConv2d(num_channels, kernel_size, stride, padding)
-            return nn.Conv2d(num_channels, num_channels, kernel_size, stride, padding)
+                return nn.LazyConv2d(num_channels, kernel_size, stride, padding, bias=bias)
+            return nn.Conv2d(num_channels, num_channels, kernel_size, stride, padding, bias=bias)
 
         self.conv1 = conv(3, strides, 1, first=True)
         self.conv2 = conv(3, 1, 1, first=False)
-        self.conv3 = conv(1, strides, 0, first=True) if use_1x1conv else None
+        # the shortcut's convolution is not followed by BatchNorm: it keeps its bias
+        self.conv3 = conv(1, strides, 0, first=True, bias=True) if use_1x1conv else None
         self.bn1 = nn.BatchNorm2d(num_channels)
         self.bn2 = nn.BatchNorm2d(num_channels)
 
@@ -128,20 +134,25 @@ class Residual(nn.Module):
         return F.relu(Y + X)
 
 
-def resnet18(num_classes: int, in_channels: int = 1) -> nn.Sequential:
-    """d2l's ResNet-18 variant for small images: 3x3 stem, stride 1, no max-pooling."""
+def resnet18(num_classes: int, in_channels: int = 1, bias: bool = True) -> nn.Sequential:
+    """d2l's ResNet-18 variant for small images: 3x3 stem, stride 1, no max-pooling.
+
+    ``bias=False``: no bias in the convolutions that BatchNorm follows (a tip of chapter 3).
+    """
 
     def resnet_block(in_ch: int, out_ch: int, num_residuals: int,
                      first_block: bool = False) -> nn.Sequential:
         blk = []
         for i in range(num_residuals):
             if i == 0 and not first_block:
-                blk.append(Residual(out_ch, use_1x1conv=True, strides=2, in_channels=in_ch))
+                blk.append(Residual(out_ch, use_1x1conv=True, strides=2, in_channels=in_ch,
+                                    bias=bias))
             else:
-                blk.append(Residual(out_ch, in_channels=out_ch))
+                blk.append(Residual(out_ch, in_channels=out_ch, bias=bias))
         return nn.Sequential(*blk)
 
-    net = nn.Sequential(nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1),
+    net = nn.Sequential(nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1,
+                                  bias=bias),
                         nn.BatchNorm2d(64), nn.ReLU())
     net.add_module("resnet_block1", resnet_block(64, 64, 2, first_block=True))
     net.add_module("resnet_block2", resnet_block(64, 128, 2))
@@ -250,6 +261,21 @@ class _Config:
     sync_bn: bool
     seed: int
     timeout: float
+    # the fast path's switches, off by default (d2l's behaviour)
+    pin_memory: bool | None = None
+    persistent_workers: bool = True
+    data_on_device: bool = False
+    channels_last: bool = False
+    amp: str | None = None
+    compile: str | None = None
+    fused: bool = False
+    cudnn_benchmark: bool = False
+    tf32: bool = False
+    schedule: str = "constant"
+    label_smoothing: float = 0.0
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
 
 
 def _free_port() -> int:
@@ -271,38 +297,72 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _loaders(rank: int, world_size: int, device: torch.device, cfg: _Config,
+             memory_format: torch.memory_format):
+    """This rank's training and test minibatches: a ``DataLoader`` or a ``DeviceLoader``."""
+    per_rank = cfg.batch_size // world_size
+    if cfg.data_on_device:
+        return (tuning.DeviceLoader(*fashion_mnist.load(True, cfg.root, cfg.num_train), per_rank,
+                                    device, rank=rank, world_size=world_size, seed=cfg.seed,
+                                    memory_format=memory_format),
+                tuning.DeviceLoader(*fashion_mnist.load(False, cfg.root, cfg.num_test), per_rank,
+                                    device, shuffle=False, rank=rank, world_size=world_size,
+                                    memory_format=memory_format))
+    train_set = FashionMNIST(True, None, cfg.root, cfg.num_train)
+    test_set = FashionMNIST(False, None, cfg.root, cfg.num_test)
+    sampler = (data.distributed.DistributedSampler(train_set, world_size, rank, seed=cfg.seed)
+               if world_size > 1 else data.RandomSampler(train_set))
+    pin_memory = device.type == "cuda" if cfg.pin_memory is None else cfg.pin_memory
+    if pin_memory and not tuning.cuda_only("pin_memory=True", device):
+        pin_memory = False
+    options = dict(num_workers=cfg.num_workers, pin_memory=pin_memory,
+                   persistent_workers=cfg.persistent_workers and cfg.num_workers > 0)
+    train_iter = data.DataLoader(train_set, per_rank, sampler=sampler, **options)
+    # Each rank evaluates its own slice of the test set; the counts are summed.
+    test_iter = data.DataLoader(data.Subset(test_set, range(rank, len(test_set), world_size)),
+                                per_rank, **options)
+    return train_iter, test_iter
+
+
+def _optimizer(model: nn.Module, cfg: _Config) -> torch.optim.Optimizer:
+    if cfg.optimizer == "lamb":
+        return tuning.LAMB(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum,
+                           weight_decay=cfg.weight_decay, fused=cfg.fused or None)
+
+
 def _train_rank(rank: int, world_size: int, net: nn.Module, device: torch.device,
                 cfg: _Config, report) -> nn.Module:
     """Train on one device; with ``world_size > 1`` as one rank of a DDP group."""
+    with tuning.backend_flags(device, cfg.cudnn_benchmark, cfg.tf32):
+        return _train_loop(rank, world_size, net, device, cfg, report)
+
+
+def _train_loop(rank: int, world_size: int, net: nn.Module, device: torch.device,
+                cfg: _Config, report) -> nn.Module:
     torch.manual_seed(cfg.seed)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if cfg.sync_bn and world_size > 1:
         net = nn.SyncBatchNorm.convert_sync_batchnorm(net)
-    net = net.to(device)
+    memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+    net = net.to(device, memory_format=memory_format)
     model = (nn.parallel.DistributedDataParallel(net, device_ids=[device] if device.type == "cuda"
                                                  else None)
              if world_size > 1 else net)
-    train_set = FashionMNIST(True, None, cfg.root, cfg.num_train)
-    test_set = FashionMNIST(False, None, cfg.root, cfg.num_test)
-    per_rank = cfg.batch_size // world_size
-    sampler = (data.distributed.DistributedSampler(train_set, world_size, rank, seed=cfg.seed)
-               if world_size > 1 else data.RandomSampler(train_set))
-    options = dict(num_workers=cfg.num_workers, pin_memory=device.type == "cuda",
-                   persistent_workers=cfg.num_workers > 0)
-    train_iter = data.DataLoader(train_set, per_rank, sampler=sampler, **options)
-    # Each rank evaluates its own slice of the test set; the counts are summed.
-    test_iter = data.DataLoader(data.Subset(test_set, range(rank, len(test_set), world_size)),
-                                per_rank, **options)
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr)
-    warmup_steps = max(1, round(cfg.warmup_epochs * len(train_iter)))
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, (step + 1) / warmup_steps))
-    loss_fn = nn.CrossEntropyLoss()
+    model = tuning.compile_model(model, cfg.compile, device)
+    cuda_graphs = cfg.compile == "reduce-overhead" and device.type == "cuda"
+    train_iter, test_iter = _loaders(rank, world_size, device, cfg, memory_format)
     num_batches = len(train_iter)
+    optimizer = _optimizer(model, cfg)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, tuning.lr_lambda(
+        cfg.schedule, round(cfg.warmup_epochs * num_batches), cfg.num_epochs * num_batches))
+    scaler = tuning.grad_scaler(device, cfg.amp)
+    loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     for epoch in range(cfg.num_epochs):
+        if world_size > 1 or cfg.data_on_device:
+            (train_iter if cfg.data_on_device else train_iter.sampler).set_epoch(epoch)
         if world_size > 1:
-            sampler.set_epoch(epoch)
             dist.barrier()
         _synchronize(device)
         timer = Timer()
@@ -311,15 +371,21 @@ def _train_rank(rank: int, world_size: int, net: nn.Module, device: torch.device
         metric = torch.zeros(2, dtype=torch.float64, device=device)
         seen = 0
         for i, (X, y) in enumerate(train_iter):
-            X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            y_hat = model(X)
-            loss = loss_fn(y_hat, y)
+            X = X.to(device, non_blocking=True, memory_format=memory_format)
+            y = y.to(device, non_blocking=True)
+            if cuda_graphs:  # the graph's outputs of the last step may now be overwritten
+                torch.compiler.cudagraph_mark_step_begin()
+            with tuning.autocast(device, cfg.amp):
+                y_hat = model(X)
+                loss = loss_fn(y_hat, y)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            scaler.scale(loss).backward()  # fp16: scaled so that small gradients survive
+            scaler.step(optimizer)
+            scaler.update()
             schedule.step()
             with torch.no_grad():
-                metric += torch.stack([loss * y.numel(), (y_hat.argmax(1) == y).sum()])
+                metric += torch.stack([loss.double() * y.numel(),
+                                       (y_hat.argmax(1) == y).sum().double()])
             seen += y.numel()
             if (i + 1) % max(1, num_batches // 5) == 0 and i + 1 < num_batches and rank == 0:
                 m = metric.tolist()  # a host-device sync, five times an epoch
@@ -335,7 +401,7 @@ def _train_rank(rank: int, world_size: int, net: nn.Module, device: torch.device
         hits = Accumulator(2)
         with torch.no_grad():
             for X, y in test_iter:
-                X, y = X.to(device), y.to(device)
+                X, y = X.to(device, memory_format=memory_format), y.to(device)
                 hits.add(accuracy(net(X), y), y.numel())
         test_correct, test_n = _all_sum([hits[0], hits[1]], device, world_size)
         if rank == 0:
@@ -402,13 +468,37 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
           num_train: int | None = None, num_test: int | None = None,
           num_workers: int = 0, root: str | os.PathLike | None = None,
           sync_bn: bool = False, seed: int = 0, timeout: float = 300.0,
-          verbose: bool = True) -> TrainResult:
+          verbose: bool = True,
+          pin_memory: bool | None = None, persistent_workers: bool = True,
+          data_on_device: bool = False, channels_last: bool = False,
+          amp: str | None = None, compile: str | None = None, fused: bool = False,
+          cudnn_benchmark: bool = False, tf32: bool = False,
+          schedule: str = "constant", label_smoothing: float = 0.0,
+          optimizer: str = "sgd", momentum: float = 0.0,
+          weight_decay: float = 0.0) -> TrainResult:
     """Train ``net`` on Fashion-MNIST with SGD on one device or several.
 
     ``batch_size`` is the global minibatch: with ``k`` devices each device
     gets ``batch_size // k`` examples a step, so scale ``lr`` with the batch.
     The learning rate rises linearly from ``lr / steps`` to ``lr`` over the first
-    ``warmup_epochs`` epochs (a warm-up keeps large scaled rates stable).
+    ``warmup_epochs`` epochs (a warm-up keeps large scaled rates stable), then
+    follows ``schedule``: ``"constant"``, or a ``"linear"`` or ``"cosine"`` decay
+    to 0 at the end of the last epoch.
+
+    The defaults train as d2l does. The fast path's switches (chapter 3 turns
+    them on one at a time; :mod:`d2l_ext.tuning` says which need a GPU):
+
+    * data: ``num_workers`` loader processes, ``pin_memory`` (default: on CUDA),
+      ``persistent_workers``; or ``data_on_device=True``: the whole uint8 dataset on
+      the device, shuffled and sliced there (:class:`d2l_ext.tuning.DeviceLoader`);
+    * ``channels_last`` memory format for the network and its inputs;
+    * ``amp="bf16"`` or ``"fp16"``: ``torch.autocast``, fp16 with a gradient scaler;
+    * ``compile="default"``, ``"max-autotune"`` or ``"reduce-overhead"`` (CUDA graphs):
+      ``torch.compile``; the first epoch then includes the compilation;
+    * ``fused=True``: the fused SGD kernel; ``cudnn_benchmark``; ``tf32`` matmuls
+      (both process-wide settings, restored when ``train`` returns);
+    * optimisation: ``schedule``, ``label_smoothing``, ``momentum``, ``weight_decay``,
+      ``optimizer="sgd"`` or ``"lamb"`` (:class:`d2l_ext.tuning.LAMB`).
 
     * One device: trains in this process.
     * Several devices: one process per device, started here, joined by
@@ -438,8 +528,17 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
         raise ValueError(f"batch_size {batch_size} is not a multiple of the {len(devices)} "
                          "devices; each process loads batch_size // devices examples a step, "
                          f"so use e.g. {batch_size - batch_size % len(devices)}.")
+    tuning.check_options(amp, compile, schedule)
+    if optimizer not in ("sgd", "lamb"):
+        raise ValueError(f"optimizer={optimizer!r} is not one of 'sgd', 'lamb'.")
+    if optimizer == "lamb" and (fused or momentum):
+        raise ValueError("fused and momentum are options of optimizer='sgd'; LAMB keeps its own "
+                         "moments and has no fused kernel here.")
     cfg = _Config(batch_size, lr, num_epochs, warmup_epochs, num_train, num_test, num_workers,
-                  None if root is None else str(root), sync_bn, seed, timeout)
+                  None if root is None else str(root), sync_bn, seed, timeout,
+                  pin_memory, persistent_workers, data_on_device, channels_last, amp, compile,
+                  fused, cudnn_benchmark, tf32, schedule, label_smoothing, optimizer, momentum,
+                  weight_decay)
     progress = TrainProgress(TrainResult([str(d) for d in devices], batch_size, lr),
                              num_epochs, verbose)
 

