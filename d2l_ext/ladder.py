@@ -173,6 +173,8 @@ def matmul_flops_per_second(device: torch.device, dtype: torch.dtype = torch.flo
 
 
 # ---------------------------------------------------------------- running the ladder
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
 @dataclass
 class RungResult:
     """What one rung measured. Times are of the epochs after the first (warm-up)."""
@@ -257,6 +259,10 @@ def run(rungs: Sequence[Rung], device: torch.device, num_epochs: int = 10,
     this hardware is dropped, as a reader would drop it. With ``probe`` (default: on a GPU;
     on a CPU it would double the run) each rung but the first is also timed at a quarter of
     its batch (:func:`batch_growth`) to tell what bounds it (:attr:`RungResult.bound`).
+
+    MFU is taken against the fastest matrix product the device offers for the rung: its
+    precision's rate, or float32's where that is faster (CPUs without native bf16
+    instructions emulate bf16 and run it slower than float32).
     """
     if num_epochs < 4:
         raise ValueError(f"num_epochs={num_epochs}: the first epoch is a warm-up and at least "
@@ -273,10 +279,10 @@ def run(rungs: Sequence[Rung], device: torch.device, num_epochs: int = 10,
     for i, rung in enumerate(rungs):
         opts = options(rungs, i, dropped)
         precision = opts.get("amp") or "fp32"
-        if precision not in peaks:  # cuDNN convolutions use TF32 by default on GPUs
-            peaks[precision] = matmul_flops_per_second(
-                device, {"fp32": torch.float32, "bf16": torch.bfloat16,
-                         "fp16": torch.float16}[precision], tf32=device.type == "cuda")
+        for p in ("fp32", precision):
+            if p not in peaks:  # cuDNN convolutions use TF32 by default on GPUs
+                peaks[p] = matmul_flops_per_second(device, DTYPES[p],
+                                                   tf32=device.type == "cuda")
         net = make_net(seed)
         if rung.kind == "reference":
             result = d2l_loop(net, device, opts["batch_size"], opts["lr"], num_epochs,
@@ -285,7 +291,7 @@ def run(rungs: Sequence[Rung], device: torch.device, num_epochs: int = 10,
             result = d2l.train(net, [device], num_epochs=num_epochs, num_train=num_train,
                                num_test=num_test, seed=seed, verbose=False, **opts)
         this = RungResult(rung.name, rung.kind, opts, result.epoch_seconds,
-                          result.test_acc[-1], n, flops, peaks[precision])
+                          result.test_acc[-1], n, flops, max(peaks[precision], peaks["fp32"]))
         best = min((r.seconds for r in results if r.kept and r.kind == rung.kind),
                    default=None)
         if rung.kind == "systems" and best is not None and this.seconds > best:

@@ -193,3 +193,19 @@ def test_plot_draws_a_bar_per_rung_and_hatches_the_dropped():
     assert [b.get_width() for b in bars] == [3.0, 2.0, 4.0]  # first rung on top
     assert [b.get_hatch() for b in bars] == ["//", None, None]
     assert [t.get_text().strip() for t in ax.texts] == ["1.33x", "2.00x", "1.00x"]
+
+
+def test_mfu_is_against_the_fastest_matmul_for_the_rung(monkeypatch, fmnist_dir):
+    """Where bf16 is emulated (slower than fp32), a bf16 rung's peak is fp32's rate."""
+    rates = {torch.float32: 2e9, torch.bfloat16: 1e8}
+    monkeypatch.setattr(ladder, "matmul_flops_per_second", lambda device, dtype, **k: rates[dtype])
+
+    def fake_train(net, devices, num_epochs, **kwargs):
+        result = TrainResult(["cpu"], kwargs["batch_size"], kwargs["lr"])
+        result.epoch_seconds, result.test_acc = [1.0] * num_epochs, [0.5] * num_epochs
+        return result
+
+    monkeypatch.setattr(ladder.d2l, "train", fake_train)
+    rungs = [ladder.Rung("a", "systems"), ladder.Rung("bf16", "systems", dict(amp="bf16"))]
+    results = ladder.run(rungs, CPU, num_epochs=4, num_train=64, probe=False, verbose=False)
+    assert [r.peak_flops for r in results] == [2e9, 2e9]
