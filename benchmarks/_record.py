@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 from d2l_ext.machine import describe
+from d2l_ext.utils import text_table
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,11 +40,7 @@ def commit() -> str:
 
 def table(columns: list[str], rows: list[list], formats: list[str]) -> str:
     """The rows as a right-aligned text table, each column with its format."""
-    text = [[format(v, f) for v, f in zip(row, formats)] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in text)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in text]
-    return "\n".join(lines)
+    return text_table(columns, rows, formats)
 
 
 def save(path: str | os.PathLike, benchmark: str, framework: str, args: dict,

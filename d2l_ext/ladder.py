@@ -27,7 +27,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from d2l_ext import fashion_mnist
 from d2l_ext import torch as d2l
-from d2l_ext.utils import Timer, TrainResult
+from d2l_ext.torch import _synchronize
+from d2l_ext.utils import Timer, TrainResult, text_table
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def d2l_loop(net: nn.Module, device: torch.device, batch_size: int, lr: float,
     n = len(train_iter.dataset)
     for _ in range(num_epochs):
         net.train()
-        _barrier(device)
+        _synchronize(device)
         timer = Timer()
         for X, y in train_iter:
             trainer.zero_grad()
@@ -114,7 +115,7 @@ def d2l_loop(net: nn.Module, device: torch.device, batch_size: int, lr: float,
             l = loss(net(X), y)
             l.backward()
             trainer.step()
-        _barrier(device)
+        _synchronize(device)
         seconds = timer.stop()
         result.epoch_seconds.append(seconds)
         result.images_per_second.append(n / seconds)
@@ -122,11 +123,6 @@ def d2l_loop(net: nn.Module, device: torch.device, batch_size: int, lr: float,
         result.train_acc.append(float("nan"))  # d2l's loop does not measure it
         result.test_acc.append(d2l.evaluate_accuracy_gpu(net, test_iter))
     return result
-
-
-def _barrier(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 # ---------------------------------------------------------------- where the limit is
@@ -161,11 +157,11 @@ def matmul_flops_per_second(device: torch.device, dtype: torch.dtype = torch.flo
         repeats, elapsed = 1, 0.0
         while elapsed < seconds:  # double the repeats until the timing is long enough
             repeats *= 2
-            _barrier(device)
+            _synchronize(device)
             start = time.perf_counter()
             for _ in range(repeats):
                 a @ b
-            _barrier(device)
+            _synchronize(device)
             elapsed = time.perf_counter() - start
         return 2 * n ** 3 * repeats / elapsed
     finally:
@@ -322,13 +318,7 @@ def rows(results: Sequence[RungResult]) -> list[list]:
 
 def table(results: Sequence[RungResult]) -> str:
     """The ladder as a text table."""
-    text = [[format(v, f) for v, f in zip(row, FORMATS)] for row in rows(results)]
-    widths = [max(len(c), *(len(r[i]) for r in text)) for i, c in enumerate(COLUMNS)]
-    lines = ["  ".join(c.ljust(w) if i < 3 else c.rjust(w)
-                       for i, (c, w) in enumerate(zip(COLUMNS, widths)))]
-    lines += ["  ".join(v.ljust(w) if i < 3 else v.rjust(w)
-                        for i, (v, w) in enumerate(zip(row, widths))) for row in text]
-    return "\n".join(lines)
+    return text_table(COLUMNS, rows(results), FORMATS, left=3)
 
 
 def plot(results: Sequence[RungResult], ax=None):

@@ -266,3 +266,17 @@ class TrainProgress:
         if self.verbose:
             print(self.result.summary())
         return self.result
+
+
+def text_table(columns: Sequence[str], rows: Sequence[Sequence], formats: Sequence[str],
+               left: int = 0) -> str:
+    """The rows as a text table, each column with its format; the first ``left`` columns
+    aligned left, the others right."""
+    text = [[format(v, f) for v, f in zip(row, formats)] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in text)) for i, c in enumerate(columns)]
+
+    def line(cells) -> str:
+        return "  ".join(c.ljust(w) if i < left else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([line(columns)] + [line(r) for r in text])
