@@ -233,13 +233,16 @@ class TrainResult:
 
 
 class TrainProgress:
-    """Fill a :class:`TrainResult`; show a live plot in a notebook, lines elsewhere."""
+    """Fill a :class:`TrainResult`; show a live plot in a notebook, lines elsewhere.
+
+    With ``verbose=False`` nothing is shown or drawn (the speed ladder times runs this way).
+    """
 
     def __init__(self, result: TrainResult, num_epochs: int, verbose: bool = True) -> None:
         self.result, self.verbose = result, verbose
         self.animator = (Animator(xlabel="epoch", xlim=[0, num_epochs], ylim=[0, 1],
                                   legend=["train loss", "train acc", "test acc"])
-                         if in_notebook() else None)
+                         if verbose and in_notebook() else None)
 
     def batch(self, epoch: float, loss: float, train_acc: float) -> None:
         """Progress within an epoch (``epoch`` is fractional)."""

@@ -315,3 +315,14 @@ def test_message_answers_in_the_reader_language(monkeypatch):
     assert reader_language() == "zh" and message(en="Correct.", zh="正确。") == "正确。"
     monkeypatch.setenv("D2L_LANG", "fr")  # not an edition of the book: English
     assert message(en="Correct.", zh="正确。") == "Correct."
+
+
+def test_train_progress_quiet_in_a_notebook_draws_nothing(fake_notebook, capsys):
+    """The speed ladder trains with verbose=False: no plot may be drawn inside its timings."""
+    progress = TrainProgress(make_result(), num_epochs=2, verbose=False)
+    assert progress.animator is None
+    progress.batch(0.5, 2.0, 0.3)
+    progress.epoch(1, 1.5, 0.4, 0.5, 10.0, 6000.0)
+    progress.done()
+    assert fake_notebook.calls == [] and capsys.readouterr().out == ""
+    assert TrainProgress(make_result(), num_epochs=2).animator is not None  # verbose: drawn
