@@ -19,7 +19,7 @@ pytest.importorskip("nbclient", reason="the book tools need the full environment
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from pipeline import config, execute  # noqa: E402
+from pipeline import config, execute, notebooks  # noqa: E402
 from pipeline.config import BookError  # noqa: E402
 
 SOURCE = """# {title}
@@ -147,3 +147,46 @@ def test_write_notebooks_writes_all_or_nothing(tmp_path):
     assert (tmp_path / "a.ipynb").read_text(encoding="utf-8") == "old a"
     assert not (tmp_path / "b.ipynb").exists()
     assert not list(tmp_path.glob("*.part"))
+
+
+def test_refill_rewrites_the_prose_and_keeps_the_run(book):
+    """A change of prose only: refill puts the new text in, with the values and outputs of
+    the earlier run, without running anything."""
+    root = book()
+    execute.execute("demo", "torch")
+    ran = {lang: _notebook(root, lang) for lang in ("en", "zh")}
+    for lang, text in (("en", "Shared text, reworded."), ("zh", "改写过的共同文字。")):
+        path = root / "chapters" / lang / "demo.md"
+        old = TEXT[lang]["prose"]
+        path.write_text(path.read_text(encoding="utf-8").replace(old, text), encoding="utf-8")
+    execute.refill("demo", "torch")
+    for lang, text in (("en", "Shared text, reworded."), ("zh", "改写过的共同文字。")):
+        nb = _notebook(root, lang)
+        prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        assert text in prose and f"{TEXT[lang]['answer_is']} 42.00." in prose
+        for key in ("run", "values"):
+            assert nb.metadata["d2l_ext"][key] == ran[lang].metadata["d2l_ext"][key]
+        assert [c.outputs for c in nb.cells if c.cell_type == "code"] == [
+            c.outputs for c in ran[lang].cells if c.cell_type == "code"]
+        assert nb.cells[1].source == ran[lang].cells[1].source  # the run note
+    # the new prose is what the notebooks now hold (only the torch demo ran)
+    assert [p for p in notebooks.stale() if "/torch/" in p] == []
+    assert not list(root.rglob("*.part"))
+
+
+@pytest.mark.parametrize("change, refusal", [
+    (("print(answer + 1)", "print(answer + 2)"), "code of .* changed since"),
+    (("{{answer:.2f}}", "{{answer:.3f}}"), "did not record"),
+])
+def test_refill_refuses_what_needs_a_new_run(book, change, refusal):
+    root = book()
+    execute.execute("demo", "torch")
+    before = {lang: (root / "notebooks" / lang / "torch" / "demo.ipynb").read_bytes()
+              for lang in ("en", "zh")}
+    for lang in ("en", "zh"):
+        path = root / "chapters" / lang / "demo.md"
+        path.write_text(path.read_text(encoding="utf-8").replace(*change), encoding="utf-8")
+    with pytest.raises(BookError, match=refusal + ".*tools/book.py execute"):
+        execute.refill("demo", "torch")
+    for lang, content in before.items():
+        assert (root / "notebooks" / lang / "torch" / "demo.ipynb").read_bytes() == content

@@ -3,6 +3,9 @@
     python tools/book.py execute [--smoke] [--framework F] [CHAPTER ...]
     python tools/book.py build        merge the executed notebooks and build both editions
     python tools/book.py check        are the executed notebooks up to date?
+    python tools/book.py refill [--framework F] CHAPTER ...
+                                      after a change of prose only: rewrite the notebooks'
+                                      prose, keeping the outputs of their run
     python tools/book.py validate     on a GPU: execute the PyTorch notebooks, nbval, benchmarks
 
 ``execute`` runs each chapter once per framework, in a fresh kernel, and writes the
@@ -32,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--framework", choices=FRAMEWORKS)
     sub.add_parser("build", help="build the website into _build/site")
     sub.add_parser("check", help="fail if an executed notebook is missing or stale")
+    re_ = sub.add_parser("refill", help="after a change of prose only: rewrite the executed "
+                                        "notebooks' prose, keeping their outputs")
+    re_.add_argument("chapters", nargs="+", help="chapter names")
+    re_.add_argument("--framework", choices=FRAMEWORKS)
     va = sub.add_parser("validate", help="GPU validation (tools/gpu_validate.sh calls this)")
     va.add_argument("--smoke", action="store_true", help="reduced sizes (a quick dry run)")
     va.add_argument("--allow-cpu", action="store_true", help="run without a GPU (dry run)")
@@ -44,6 +51,16 @@ def main(argv: list[str] | None = None) -> int:
 
             execute_all(args.chapters, [args.framework] if args.framework else list(FRAMEWORKS),
                         args.smoke, log=lambda line: print(line, flush=True))
+        elif args.command == "refill":
+            from pipeline.execute import refill
+            from pipeline.sources import chapter_names
+
+            unknown = sorted(set(args.chapters) - set(chapter_names()))
+            if unknown:
+                raise BookError(f"no chapter named {', '.join(unknown)}")
+            for name in args.chapters:
+                for framework in [args.framework] if args.framework else FRAMEWORKS:
+                    print("refilled " + ", ".join(shown(p) for p in refill(name, framework)))
         elif args.command == "build":
             from pipeline.site import build
 

@@ -113,19 +113,61 @@ def execute(name: str, framework: str, smoke: bool = False, timeout: int = 1800)
 
     written = {}
     for lang, book in books.items():
-        code = [c for c in book.cells if c.cell_type == "code"]
-        for i, (mine, theirs) in enumerate(zip(code, ran, strict=True)):
-            mine.outputs = copy.deepcopy(reruns.get(lang, {}).get(i, theirs).outputs)
+        outputs = [reruns.get(lang, {}).get(i, cell) for i, cell in enumerate(ran)]
+        for mine, theirs in zip(outputs, ran, strict=True):
             mine.execution_count = theirs.execution_count
-        for cell in book.cells:
-            if cell.cell_type == "markdown":
-                cell.source = fill(cell.source, values)
-        book.metadata["language_info"] = copy.deepcopy(nb.metadata["language_info"])
-        book.metadata["d2l_ext"].update(run=run, values=values)
-        note = nbformat.v4.new_markdown_cell(run_note(run, lang))
-        note.metadata["d2l_ext"] = {"role": "run-note"}
-        book.cells.insert(title_index(book) + 1, note)
-        written[notebook_path(versions[lang], framework)] = book
+        written[notebook_path(versions[lang], framework)] = _filled(
+            book, outputs, run, values, nb.metadata["language_info"], lang)
+    write_notebooks(written)
+    return list(written)
+
+
+def _filled(book: nbformat.NotebookNode, executed: list[nbformat.NotebookNode], run: dict,
+            values: dict, language_info: dict, lang: str) -> nbformat.NotebookNode:
+    """``book`` (a split notebook) with the outputs of the ``executed`` code cells, its prose
+    filled with ``values`` and the run note in ``lang`` under the title."""
+    code = [c for c in book.cells if c.cell_type == "code"]
+    for mine, theirs in zip(code, executed, strict=True):
+        mine.outputs = copy.deepcopy(theirs.outputs)
+        mine.execution_count = theirs.execution_count
+    for cell in book.cells:
+        if cell.cell_type == "markdown":
+            cell.source = fill(cell.source, values)
+    book.metadata["language_info"] = copy.deepcopy(language_info)
+    book.metadata["d2l_ext"].update(run=run, values=values)
+    note = nbformat.v4.new_markdown_cell(run_note(run, lang))
+    note.metadata["d2l_ext"] = {"role": "run-note"}
+    book.cells.insert(title_index(book) + 1, note)
+    return book
+
+
+def refill(name: str, framework: str) -> list[Path]:
+    """Rewrite the prose of chapter ``name``'s executed notebooks from the current sources,
+    keeping the outputs and values of their run: for a change of prose, without running again.
+
+    Refuses (writing nothing) if a notebook is missing, if its code changed since it ran, or
+    if the prose now cites a value the run did not record: then the chapter must run again.
+    """
+    written = {}
+    for lang, chapter in editions(name).items():
+        path = notebook_path(chapter, framework)
+        book = split(chapter, framework)
+        again = f"run `tools/book.py execute --framework {framework} {name}`"
+        if not path.exists():
+            raise BookError(f"{shown(path)} is missing; {again}.")
+        old = nbformat.read(path, 4)
+        meta = old.metadata.get("d2l_ext", {})
+        executed = [c for c in old.cells if c.cell_type == "code"]
+        if [c.source for c in executed] != [c.source for c in book.cells
+                                            if c.cell_type == "code"]:
+            raise BookError(f"the code of {shown(chapter.path)} changed since {shown(path)} "
+                            f"ran; {again}.")
+        missing = sorted(set(placeholders(book)) - set(meta.get("values", {})))
+        if missing:
+            raise BookError(f"{shown(chapter.path)} cites values that the run of {shown(path)} "
+                            f"did not record ({', '.join(missing)}); {again}.")
+        written[path] = _filled(book, executed, meta["run"], meta["values"],
+                                old.metadata.get("language_info", {}), lang)
     write_notebooks(written)
     return list(written)
 
