@@ -340,7 +340,7 @@ def plot(results: Sequence[RungResult], ax=None):
     for bar, r in zip(bars, results[::-1]):
         if not r.kept:
             bar.set_hatch("//")
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+        ax.text(max(r.timed), bar.get_y() + bar.get_height() / 2,  # after the error bar
                 f"  {first / r.seconds:.2f}x", va="center", fontsize=9)
     ax.set_xlabel("seconds per epoch (median; min to max)")
     ax.margins(x=0.15)
