@@ -253,3 +253,21 @@ def test_site_ships_only_the_mathjax_bundle_its_pages_load(tmp_path):
     (mathjax / site.MATHJAX_BUNDLE).unlink()
     with pytest.raises(BookError, match="sphinx-mathjax-offline"):
         site.prune_mathjax(tmp_path)
+
+
+def test_the_tuning_page_shows_the_code_of_each_tip():
+    """Each tip's code is on the page (under its framework), not only inside d2l_ext."""
+    chapter = sources.parse(config.CHAPTERS / "en" / "tuning-tips.md")
+    code = {fw: "\n".join(c.source for c in chapter.cells if c.kind == "code"
+                          and c.framework in (None, fw)) for fw in ("torch", "mxnet")}
+    for call in ("FlopCounterMode(", "num_workers=", "persistent_workers=True",
+                 "non_blocking=True", "d2l.DeviceLoader(", "torch.backends.cudnn.benchmark",
+                 "torch.autocast(", "torch.amp.GradScaler(", "scaler.scale(loss).backward()",
+                 "memory_format=torch.channels_last", "bias=False", "optimizer.zero_grad()",
+                 "torch.compile(gelu)", "fused=True", "tuning.lr_lambda(", "ladder.run(",
+                 "ladder.plot("):
+        assert call in code["torch"], f"the PyTorch tab does not show {call}"
+    for call in ("gluon.data.DataLoader(", "num_workers=", "hybridize(static_alloc=True",
+                 "MXNET_CUDNN_AUTOTUNE_DEFAULT", "use_bias=False", "d2l.train(",
+                 "lr_scheduler.CosineScheduler("):
+        assert call in code["mxnet"], f"the MXNet tab does not show {call}"

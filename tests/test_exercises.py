@@ -108,3 +108,39 @@ def test_multi_gpu_exercise_2(framework, numpy_too_new):
     names["d2l"] = d2l
     assert run(cell, "shard_sizes = [4, 3, 3]", **names) == "Correct.\n"
     assert "Not quite" in run(cell, "shard_sizes = [5, 5, 0]", **names)
+
+
+# ------------------------------------------------------------ tuning tips
+def test_tuning_exercise_1_cost_model():
+    cell = check_cell("tuning-tips", "exercise 1")
+    assert run(cell, "t_fixed_ms, t_image_ms, overhead_bound = 8, 6 / 192, True").startswith(
+        "Correct")
+    assert run(cell, "t_fixed_ms, t_image_ms, overhead_bound = 8.0, 0.031, True").startswith(
+        "Correct")  # the slope rounded as a reader would write it
+    assert "Not quite" in run(cell, "t_fixed_ms, t_image_ms, overhead_bound = 8, 6 / 192, False")
+    assert "Not quite" in run(cell, "t_fixed_ms, t_image_ms, overhead_bound = 4, 6 / 256, True")
+    assert run(cell, "t_fixed_ms = t_image_ms = overhead_bound = None", "zh").startswith("练习 1")
+    assert run(cell, "t_fixed_ms, t_image_ms, overhead_bound = 8, 6 / 192, True",
+               "zh").startswith("正确")
+
+
+def test_tuning_exercise_2_bytes_of_gelu():
+    cell = check_cell("tuning-tips", "exercise 2")
+    assert run(cell, "unfused_bytes, fused_bytes = 44, 8").startswith("Correct")
+    assert "Not quite" in run(cell, "unfused_bytes, fused_bytes = 40, 8")
+    assert run(cell, "unfused_bytes, fused_bytes = 44, 8", "zh").startswith("正确")
+
+
+@pytest.mark.parametrize("framework", ["torch", "mxnet"])
+def test_tuning_exercise_3_what_float16_loses(framework, numpy_too_new):
+    if framework == "mxnet" and numpy_too_new:
+        pytest.skip("MXNet 1.9.1 needs numpy < 1.24")
+    cell = check_cell("tuning-tips", "exercise 3", framework)
+    names = {"torch": pytest.importorskip("torch")} if framework == "torch" else {
+        "np": pytest.importorskip("mxnet").np}
+    right = "zero_in_fp16, zero_in_bf16 = {1e-8, 1e-9}, set()"
+    assert run(cell, right, **names) == "Correct.\n"
+    assert run(cell, "zero_in_fp16, zero_in_bf16 = [1e-9, 1e-8], []", **names) == "Correct.\n"
+    wrong = run(cell, "zero_in_fp16, zero_in_bf16 = {1e-6, 1e-8, 1e-9}, set()", **names)
+    assert "Not quite" in wrong and "[1e-09, 1e-08]" in wrong
+    assert run(cell, right, "zh", **names) == "正确。\n"

@@ -251,3 +251,20 @@ def test_multi_gpu_page_shows_the_ddp_loop_under_the_pytorch_tab(page, site_url,
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert not script.is_visible()
     assert page.errors == []
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_tuning_page_shows_each_framework_its_own_ladder(page, site_url, lang):
+    """The speed ladder's code, table and chart sit under the PyTorch tab; MXNet's shorter
+    ladder under the MXNet tab; each hides when the other framework is chosen."""
+    page.goto(f"{site_url}/{lang}/chapters/tuning-tips.html")
+    page.locator(".book-bar .fw-tab[data-fw=torch]").click()
+    torch_ladder = page.locator(".tag_torch", has_text="ladder.run(rungs")
+    torch_table = page.locator(".tag_torch", has_text="print(ladder.table(results))")
+    mxnet_ladder = page.locator(".tag_mxnet", has_text="mx_rungs = [")
+    assert torch_ladder.is_visible() and not mxnet_ladder.is_visible()
+    assert "speed-up" in torch_table.inner_text()  # the table's header, from the run
+    assert torch_table.locator("img").count() >= 1  # the bar chart
+    page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
+    assert mxnet_ladder.is_visible() and not torch_ladder.is_visible()
+    assert page.errors == []
