@@ -1,0 +1,104 @@
+"""d2l_ext.trace: Chrome trace files read into events and drawn as a timeline."""
+
+import json
+
+import pytest
+
+from d2l_ext import trace
+
+
+def write(tmp_path, events, wrap=True):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events} if wrap else events))
+    return path
+
+
+def test_complete_and_begin_end_events(tmp_path):
+    path = write(tmp_path, [
+        {"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 10.0, "dur": 5.0, "tid": 1},
+        {"ph": "X", "name": "gemm", "cat": "kernel", "ts": 12, "dur": 30, "tid": 7},
+        {"ph": "B", "name": "outer", "ts": 0, "pid": 1, "tid": 2},
+        {"ph": "B", "name": "inner", "ts": 1, "pid": 1, "tid": 2},
+        {"ph": "E", "ts": 3, "pid": 1, "tid": 2},
+        {"ph": "E", "ts": 9, "pid": 1, "tid": 2},
+        {"ph": "M", "name": "process_name", "pid": 1},  # metadata: no time, skipped
+    ])
+    events = trace.load_trace(path)
+    assert [(e.name, e.track, e.start_us, e.duration_us) for e in events] == [
+        ("outer", "CPU thread 2", 0.0, 9.0), ("inner", "CPU thread 2", 1.0, 2.0),
+        ("aten::mm", "CPU thread 1", 10.0, 5.0), ("gemm", "GPU stream 7", 12.0, 30.0)]
+    assert events[-1].end_us == 42.0
+
+
+def test_a_bare_list_of_events_is_read_too(tmp_path):
+    path = write(tmp_path, [{"ph": "X", "name": "a", "ts": 1, "dur": 1}], wrap=False)
+    assert [e.name for e in trace.load_trace(path)] == ["a"]
+
+
+def test_a_file_that_is_not_a_trace_says_what_to_do(tmp_path):
+    path = tmp_path / "step.json"
+    path.write_text("not json")
+    with pytest.raises(ValueError, match="export_chrome_trace"):
+        trace.load_trace(path)
+
+
+def test_plot_rows_window_and_labels(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    events = [trace.Event("long op", "CPU thread 1", 0, 1000),
+              trace.Event("tiny", "CPU thread 1", 1000, 1),
+              trace.Event("kernel", "GPU stream 7", 200, 700)]
+    ax = trace.plot_timeline(events, min_duration_us=10)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["CPU thread 1", "GPU stream 7"]
+    assert {t.get_text() for t in ax.texts} == {"long op", "kernel"}
+    assert ax.get_xlim() == (0.0, 1.0)  # milliseconds
+    with pytest.raises(ValueError, match="no events"):
+        trace.plot_timeline(events, start_us=5000)
+
+
+def test_a_real_pytorch_trace(tmp_path):
+    torch = pytest.importorskip("torch")
+    x = torch.randn(64, 64)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.profiler.record_function("my step"):
+            (x @ x).relu()
+    path = tmp_path / "step.json"
+    prof.export_chrome_trace(str(path))
+    events = trace.load_trace(path)
+    names = {e.name for e in events}
+    assert {"my step", "aten::mm", "aten::relu"} <= names
+    step = next(e for e in events if e.name == "my step")
+    mm = next(e for e in events if e.name == "aten::mm")
+    assert step.start_us <= mm.start_us and mm.end_us <= step.end_us
+
+
+def test_mxnet_devices_name_the_rows(tmp_path):
+    path = write(tmp_path, [
+        {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "cpu/0"}},
+        {"ph": "B", "name": "_np_dot", "cat": "operator", "ts": 0, "pid": 0, "tid": 987654321},
+        {"ph": "E", "name": "_np_dot", "cat": "operator", "ts": 4, "pid": 0, "tid": 987654321},
+        {"ph": "B", "name": "_npi_add", "cat": "operator", "ts": 1, "pid": 0, "tid": 5},
+        {"ph": "E", "name": "_npi_add", "cat": "operator", "ts": 2, "pid": 0, "tid": 5},
+    ])
+    assert [(e.name, e.track) for e in trace.load_trace(path)] == [
+        ("_np_dot", "cpu/0 thread 1"), ("_npi_add", "cpu/0 thread 2")]
+
+
+def test_a_real_mxnet_trace(tmp_path, numpy_too_new):
+    if numpy_too_new:
+        pytest.skip("MXNet 1.9.1 needs numpy < 1.24")
+    mx = pytest.importorskip("mxnet")
+    from mxnet import np, npx
+
+    npx.set_np()
+    path = tmp_path / "mx.json"
+    mx.profiler.set_config(profile_all=True, aggregate_stats=False, filename=str(path))
+    mx.profiler.set_state("run")
+    a = np.ones((64, 64))
+    b = np.dot(a, a)
+    b[b > 1].wait_to_read()  # boolean indexing: the host waits for the result's size
+    mx.profiler.set_state("stop")
+    mx.profiler.dump()
+    events = trace.load_trace(path)
+    assert {"_np_dot", "_contrib_boolean_mask"} <= {e.name for e in events}
+    assert all(e.duration_us >= 0 for e in events)
