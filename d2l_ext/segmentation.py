@@ -1,0 +1,97 @@
+"""Chapter 4's toy segmentation problem (PyTorch): a small all-convolutional network, random
+images with per-pixel labels, and one masked cross-entropy written four ways, from the
+version full of host-device synchronisations to the one without.
+
+The loss ignores the pixels labelled ``ignore_value`` and those of the *background* class
+(the last one), and is zeroed when the labels of the batch, counted after that and with
+the ignore value counted as a label, take fewer than two distinct values. The four variants
+compute the same value and the same gradient (a test checks); they differ in how:
+
+=================  ====================================  ========================================
+variant            background -> ignored, label count    cross-entropy
+=================  ====================================  ========================================
+``"original"``     ``torch.nonzero`` + index assignment; boolean masks, then plain cross-entropy
+                   ``torch.unique``, a Python ``if``
+``"where"``        ``torch.where``; otherwise as above   as above
+``"sort"``         ``torch.where``; sort and count the   as above
+                   steps; ``torch.where`` on the loss
+``"ignore_index"`` as ``"sort"``                         ``cross_entropy(ignore_index=...)``
+=================  ====================================  ========================================
+
+Each of ``nonzero``, ``unique``, boolean indexing and the Python ``if`` on a device value
+makes the host wait for the device: their results' sizes (or values) are needed on the host.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+VARIANTS = ("original", "where", "sort", "ignore_index")
+
+
+class SegmentationNet(nn.Module):
+    """An input convolution, ``num_hidden`` 3x3 convolutions with ReLU, an output convolution:
+    ``(n, 3, H, W)`` images in, ``(n, num_classes, H, W)`` per-pixel scores out."""
+
+    def __init__(self, num_hidden: int = 10, num_classes: int = 10, width: int = 10) -> None:
+        super().__init__()
+        layers = [nn.Conv2d(3, width, 3, padding=1), nn.ReLU()]
+        for _ in range(num_hidden):
+            layers += [nn.Conv2d(width, width, 3, padding=1), nn.ReLU()]
+        layers.append(nn.Conv2d(width, num_classes, 3, padding=1))
+        self.layers = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+def random_batch(batch_size: int, size: int = 256, num_classes: int = 10,
+                 ignore_value: int = -1, seed: int = 0,
+                 device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Random images ``(b, 3, size, size)`` and labels in ``{ignore_value} ∪ range(num_classes)``,
+    drawn from a fixed seed (no download)."""
+    g = torch.Generator().manual_seed(seed)
+    images = torch.randn(batch_size, 3, size, size, generator=g)
+    labels = torch.randint(0, num_classes + 1, (batch_size, size, size), generator=g) - 1
+    labels[labels == -1] = ignore_value
+    return images.to(device), labels.to(device)
+
+
+class MaskedCrossEntropy(nn.Module):
+    """The masked cross-entropy of chapter 4, as ``variant`` (see :data:`VARIANTS`)."""
+
+    def __init__(self, variant: str = "original", ignore_value: int = -1,
+                 num_classes: int = 10) -> None:
+        super().__init__()
+        if variant not in VARIANTS:
+            raise ValueError(f"variant={variant!r}; choose one of {', '.join(VARIANTS)}.")
+        self.variant, self.ignore_value, self.num_classes = variant, ignore_value, num_classes
+
+    def forward(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        background = self.num_classes - 1
+        if self.variant == "original":
+            target = target.clone()  # the caller's labels stay as they were
+            target[torch.nonzero(target == background, as_tuple=True)] = self.ignore_value
+        else:
+            target = torch.where(target == background, self.ignore_value, target)
+        if self.variant in ("original", "where"):
+            loss = self.boolean_mask_loss(pred, target)
+            if torch.unique(target).numel() < 2:
+                loss = 0.0 * loss
+            return loss
+        labels = torch.sort(target.flatten()).values
+        num_labels = torch.count_nonzero(labels[1:] != labels[:-1]) + 1
+        if self.variant == "sort":
+            loss = self.boolean_mask_loss(pred, target)
+        else:
+            loss = F.cross_entropy(pred, target, ignore_index=self.ignore_value)
+        return torch.where(num_labels < 2, 0.0 * loss, loss)
+
+    def boolean_mask_loss(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy over the pixels whose label is not ``ignore_value``, picked out with
+        boolean masks (whose result's size the host must learn from the device)."""
+        mask = target != self.ignore_value
+        scores = pred.permute(0, 2, 3, 1)[mask]  # (pixels kept, num_classes)
+        return F.cross_entropy(scores, target[mask])
