@@ -271,3 +271,45 @@ def test_the_tuning_page_shows_the_code_of_each_tip():
                  "MXNET_CUDNN_AUTOTUNE_DEFAULT", "use_bias=False", "d2l.train(",
                  "lr_scheduler.CosineScheduler("):
         assert call in code["mxnet"], f"the MXNet tab does not show {call}"
+
+
+def test_the_sync_page_shows_the_profiler_and_the_fixes():
+    chapter = sources.parse(config.CHAPTERS / "en" / "host-device-sync.md")
+    code = {fw: "\n".join(c.source for c in chapter.cells if c.kind == "code"
+                          and c.framework in (None, fw)) for fw in ("torch", "mxnet")}
+    for call in ("torch.nonzero(", "torch.unique(", "schedule(wait=1, warmup=2, active=3)",
+                 "record_function(", "prof.step()", "export_chrome_trace(",
+                 "key_averages().table(", "trace.load_trace(", "trace.plot_timeline(",
+                 "torch.where(", "torch.count_nonzero(", "ignore_index=IGNORE",
+                 'set_sync_debug_mode("warn")', 'set_sync_debug_mode("error")'):
+        assert call in code["torch"], f"the PyTorch tab does not show {call}"
+    for call in ("np.unique(", "mx.profiler.set_config(", "mx.profiler.dump()", "np.where(",
+                 "trace.load_trace("):
+        assert call in code["mxnet"], f"the MXNet tab does not show {call}"
+
+
+def test_the_sync_pages_losses_are_the_librarys():
+    """The four losses the page teaches equal d2l_ext.segmentation's copy (which the
+    library tests check against a float64 reference), value and gradient."""
+    torch = pytest.importorskip("torch")
+    from d2l_ext import segmentation
+
+    chapter = sources.parse(config.CHAPTERS / "en" / "host-device-sync.md")
+    names = {"torch": torch, "F": torch.nn.functional}
+    for cell in chapter.cells:
+        if cell.kind == "code" and cell.framework == "torch" and re.search(
+                r"^def loss_(original|where|sort|ignore_index)\(", cell.source, re.M):
+            exec(cell.source.split("\n\nlosses = ")[0], names)
+    names.update(IGNORE=-1, NUM_CLASSES=10, BACKGROUND=9)
+    pred = torch.randn(2, 10, 8, 8)
+    _, labels = segmentation.random_batch(2, size=8, seed=7)
+    for target in (labels, torch.full_like(labels, 4), torch.where(labels > 3, 9, 1)):
+        for variant in segmentation.VARIANTS:
+            ours = pred.clone().requires_grad_()
+            theirs = pred.clone().requires_grad_()
+            a = names[f"loss_{variant}"](ours, target)
+            b = segmentation.MaskedCrossEntropy(variant)(theirs, target)
+            a.backward()
+            b.backward()
+            torch.testing.assert_close(a, b, equal_nan=True)
+            torch.testing.assert_close(ours.grad, theirs.grad, equal_nan=True)

@@ -144,3 +144,20 @@ def test_tuning_exercise_3_what_float16_loses(framework, numpy_too_new):
     wrong = run(cell, "zero_in_fp16, zero_in_bf16 = {1e-6, 1e-8, 1e-9}, set()", **names)
     assert "Not quite" in wrong and "[1e-09, 1e-08]" in wrong
     assert run(cell, right, "zh", **names) == "正确。\n"
+
+
+# ------------------------------------------------------------ host-device synchronisation
+def test_sync_exercise_1_which_operations_wait():
+    cell = check_cell("host-device-sync", "exercise 1")
+    assert run(cell, "syncing = {'c', 'd', 'f'}").startswith("Correct")
+    assert run(cell, "syncing = ['f', 'd', 'c']").startswith("Correct")
+    assert "Not quite" in run(cell, "syncing = {'b', 'c', 'd', 'f'}")
+    assert run(cell, "syncing = {'c', 'd', 'f'}", "zh").startswith("正确")
+    assert run(cell, "syncing = None", "zh").startswith("练习 1")
+
+
+def test_sync_exercise_2_counting_steps():
+    cell = check_cell("host-device-sync", "exercise 2")
+    assert run(cell, "num_steps_answer, num_distinct_answer = 3, 4").startswith("Correct")
+    assert "Not quite" in run(cell, "num_steps_answer, num_distinct_answer = 7, 8")
+    assert run(cell, "num_steps_answer, num_distinct_answer = 3, 4", "zh").startswith("正确")

@@ -268,3 +268,17 @@ def test_tuning_page_shows_each_framework_its_own_ladder(page, site_url, lang):
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert mxnet_ladder.is_visible() and not torch_ladder.is_visible()
     assert page.errors == []
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_sync_page_shows_each_framework_its_losses_and_timeline(page, site_url, lang):
+    page.goto(f"{site_url}/{lang}/chapters/host-device-sync.html")
+    page.locator(".book-bar .fw-tab[data-fw=torch]").click()
+    fix = page.locator(".tag_torch", has_text="def loss_ignore_index")
+    timeline = page.locator(".tag_torch", has_text="def draw(path, ax, title)")
+    mx_loss = page.locator(".tag_mxnet", has_text="def loss_no_blocking")
+    assert fix.is_visible() and timeline.is_visible() and not mx_loss.is_visible()
+    assert timeline.locator("img").count() == 1  # the timeline drawn from the trace
+    page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
+    assert mx_loss.is_visible() and not fix.is_visible()
+    assert page.errors == []
