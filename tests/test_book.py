@@ -255,37 +255,36 @@ def test_site_ships_only_the_mathjax_bundle_its_pages_load(tmp_path):
         site.prune_mathjax(tmp_path)
 
 
-def test_the_tuning_page_shows_the_code_of_each_tip():
-    """Each tip's code is on the page (under its framework), not only inside d2l_ext."""
-    chapter = sources.parse(config.CHAPTERS / "en" / "tuning-tips.md")
-    code = {fw: "\n".join(c.source for c in chapter.cells if c.kind == "code"
-                          and c.framework in (None, fw)) for fw in ("torch", "mxnet")}
-    for call in ("FlopCounterMode(", "num_workers=", "persistent_workers=True",
-                 "non_blocking=True", "d2l.DeviceLoader(", "torch.backends.cudnn.benchmark",
-                 "torch.autocast(", "torch.amp.GradScaler(", "scaler.scale(loss).backward()",
-                 "memory_format=torch.channels_last", "bias=False", "optimizer.zero_grad()",
-                 "torch.compile(gelu)", "fused=True", "tuning.lr_lambda(", "ladder.run(",
-                 "ladder.plot("):
-        assert call in code["torch"], f"the PyTorch tab does not show {call}"
-    for call in ("gluon.data.DataLoader(", "num_workers=", "hybridize(static_alloc=True",
-                 "MXNET_CUDNN_AUTOTUNE_DEFAULT", "use_bias=False", "d2l.train(",
-                 "lr_scheduler.CosineScheduler("):
-        assert call in code["mxnet"], f"the MXNet tab does not show {call}"
+SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab must show)
+    "tuning-tips": (
+        ("FlopCounterMode(", "num_workers=", "persistent_workers=True", "non_blocking=True",
+         "d2l.DeviceLoader(", "torch.backends.cudnn.benchmark", "torch.autocast(",
+         "torch.amp.GradScaler(", "scaler.scale(loss).backward()",
+         "memory_format=torch.channels_last", "bias=False", "optimizer.zero_grad()",
+         "torch.compile(gelu)", "fused=True", "tuning.lr_lambda(", "ladder.run(",
+         "ladder.plot("),
+        ("gluon.data.DataLoader(", "num_workers=", "hybridize(static_alloc=True",
+         "MXNET_CUDNN_AUTOTUNE_DEFAULT", "use_bias=False", "d2l.train(",
+         "lr_scheduler.CosineScheduler(")),
+    "host-device-sync": (
+        ("torch.nonzero(", "torch.unique(", "schedule(wait=1, warmup=2, active=3)",
+         "record_function(", "prof.step()", "export_chrome_trace(", "key_averages().table(",
+         "trace.load_trace(", "trace.plot_timeline(", "torch.where(", "torch.count_nonzero(",
+         "ignore_index=IGNORE", 'set_sync_debug_mode("warn")', 'set_sync_debug_mode("error")'),
+        ("np.unique(", "mx.profiler.set_config(", "mx.profiler.dump()", "np.where(",
+         "trace.load_trace(")),
+}
 
 
-def test_the_sync_page_shows_the_profiler_and_the_fixes():
-    chapter = sources.parse(config.CHAPTERS / "en" / "host-device-sync.md")
-    code = {fw: "\n".join(c.source for c in chapter.cells if c.kind == "code"
-                          and c.framework in (None, fw)) for fw in ("torch", "mxnet")}
-    for call in ("torch.nonzero(", "torch.unique(", "schedule(wait=1, warmup=2, active=3)",
-                 "record_function(", "prof.step()", "export_chrome_trace(",
-                 "key_averages().table(", "trace.load_trace(", "trace.plot_timeline(",
-                 "torch.where(", "torch.count_nonzero(", "ignore_index=IGNORE",
-                 'set_sync_debug_mode("warn")', 'set_sync_debug_mode("error")'):
-        assert call in code["torch"], f"the PyTorch tab does not show {call}"
-    for call in ("np.unique(", "mx.profiler.set_config(", "mx.profiler.dump()", "np.where(",
-                 "trace.load_trace("):
-        assert call in code["mxnet"], f"the MXNet tab does not show {call}"
+@pytest.mark.parametrize("name", sorted(SHOWN_CODE))
+def test_the_page_shows_the_code_it_teaches(name):
+    """Each tip's or fix's code is on the page, under its framework, not only in d2l_ext."""
+    chapter = sources.parse(config.CHAPTERS / "en" / f"{name}.md")
+    for framework, calls in zip(("torch", "mxnet"), SHOWN_CODE[name]):
+        code = "\n".join(c.source for c in chapter.cells
+                         if c.kind == "code" and c.framework in (None, framework))
+        missing = [call for call in calls if call not in code]
+        assert missing == [], f"{name}: the {framework} tab does not show {missing}"
 
 
 def test_the_sync_pages_losses_are_the_librarys():
