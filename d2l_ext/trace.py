@@ -43,7 +43,8 @@ def load_trace(path: str | os.PathLike,
 
     Complete events (``"ph": "X"``, with a duration) are taken as they are; begin/end pairs
     (``"B"``/``"E"``, as MXNet writes them) are matched per thread, innermost first. Times
-    are in microseconds. ``track(event)`` names the row of a raw event; by default a device
+    are in microseconds. ``track(event)`` names the row of a raw event, or returns None to
+    leave the event out; by default a device
     stream for PyTorch's kernels and copies (``GPU stream 7``), MXNet's device and engine
     thread for its operators (``cpu/0 thread 1``), else the host thread (``CPU thread 12``).
     """
@@ -73,24 +74,27 @@ def load_trace(path: str | os.PathLike,
         return f"CPU thread {e.get('tid', 0)}"
 
     track = track or default
-    events: list[Event] = []
+    spans: list[tuple[dict, float]] = []  # (the event that opens a span, its duration)
     open_events: dict[tuple, list[dict]] = {}
     for e in raw:
         if "ts" not in e:
             continue
         phase = e.get("ph")
         if phase == "X":
-            events.append(Event(str(e.get("name", "")), track(e), float(e["ts"]),
-                                float(e.get("dur", 0.0)), str(e.get("cat", ""))))
+            spans.append((e, float(e.get("dur", 0.0))))
         elif phase in ("B", "E"):
             stack = open_events.setdefault((e.get("pid"), e.get("tid")), [])
             if phase == "B":
                 stack.append(e)
             elif stack:
                 begin = stack.pop()
-                events.append(Event(str(begin.get("name", "")), track(begin),
-                                    float(begin["ts"]), float(e["ts"]) - float(begin["ts"]),
-                                    str(begin.get("cat", ""))))
+                spans.append((begin, float(e["ts"]) - float(begin["ts"])))
+    events = []
+    for e, duration in spans:
+        row = track(e)
+        if row is not None:
+            events.append(Event(str(e.get("name", "")), row, float(e["ts"]), duration,
+                                str(e.get("cat", ""))))
     return sorted(events, key=lambda ev: ev.start_us)
 
 

@@ -102,3 +102,15 @@ def test_a_real_mxnet_trace(tmp_path, numpy_too_new):
     events = trace.load_trace(path)
     assert {"_np_dot", "_contrib_boolean_mask"} <= {e.name for e in events}
     assert all(e.duration_us >= 0 for e in events)
+
+
+def test_a_track_of_none_leaves_the_event_out(tmp_path):
+    path = write(tmp_path, [
+        {"ph": "B", "name": "outer", "ts": 0, "pid": 1, "tid": 2},
+        {"ph": "B", "name": "skip me", "ts": 1, "pid": 1, "tid": 2},
+        {"ph": "E", "ts": 2, "pid": 1, "tid": 2},
+        {"ph": "E", "ts": 5, "pid": 1, "tid": 2},
+        {"ph": "X", "name": "skip me too", "ts": 3, "dur": 1},
+    ])
+    events = trace.load_trace(path, track=lambda e: None if "skip" in e["name"] else "row")
+    assert [(e.name, e.track, e.duration_us) for e in events] == [("outer", "row", 5.0)]
