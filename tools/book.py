@@ -52,15 +52,9 @@ def main(argv: list[str] | None = None) -> int:
             execute_all(args.chapters, [args.framework] if args.framework else list(FRAMEWORKS),
                         args.smoke, log=lambda line: print(line, flush=True))
         elif args.command == "refill":
-            from pipeline.execute import refill
-            from pipeline.sources import chapter_names
+            from pipeline.execute import refill_all
 
-            unknown = sorted(set(args.chapters) - set(chapter_names()))
-            if unknown:
-                raise BookError(f"no chapter named {', '.join(unknown)}")
-            for name in args.chapters:
-                for framework in [args.framework] if args.framework else FRAMEWORKS:
-                    print("refilled " + ", ".join(shown(p) for p in refill(name, framework)))
+            refill_all(args.chapters, [args.framework] if args.framework else list(FRAMEWORKS))
         elif args.command == "build":
             from pipeline.site import build
 

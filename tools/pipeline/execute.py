@@ -206,16 +206,21 @@ def write_notebooks(notebooks: dict[Path, nbformat.NotebookNode]) -> None:
             part.unlink(missing_ok=True)
 
 
-def execute_all(names: list[str] | None, frameworks: list[str], smoke: bool,
-                log=print) -> dict[tuple[str, str], float]:
-    """Execute chapters (all if ``names`` is empty) for each framework; seconds per run."""
+def _chapters(names: list[str] | None) -> list[str]:
+    """``names``, checked against the book's chapters; all of them if ``names`` is empty."""
     known = chapter_names()
     unknown = sorted(set(names or []) - set(known))
     if unknown:
         raise BookError(f"no chapter named {', '.join(unknown)}; the chapters are: "
                         + ", ".join(known))
+    return list(names or known)
+
+
+def execute_all(names: list[str] | None, frameworks: list[str], smoke: bool,
+                log=print) -> dict[tuple[str, str], float]:
+    """Execute chapters (all if ``names`` is empty) for each framework; seconds per run."""
     seconds = {}
-    for name in names or known:
+    for name in _chapters(names):
         for framework in frameworks:
             start = time.perf_counter()
             paths = execute(name, framework, smoke)
@@ -223,3 +228,10 @@ def execute_all(names: list[str] | None, frameworks: list[str], smoke: bool,
             log(f"executed {name} ({framework}) in {seconds[name, framework]:.0f} s: "
                 + ", ".join(shown(p) for p in paths))
     return seconds
+
+
+def refill_all(names: list[str], frameworks: list[str], log=print) -> None:
+    """:func:`refill` the named chapters' notebooks for each framework."""
+    for name in _chapters(names):
+        for framework in frameworks:
+            log("refilled " + ", ".join(shown(p) for p in refill(name, framework)))
