@@ -273,6 +273,20 @@ SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab m
          "ignore_index=IGNORE", 'set_sync_debug_mode("warn")', 'set_sync_debug_mode("error")'),
         ("np.unique(", "mx.profiler.set_config(", "mx.profiler.dump()", "np.where(",
          "trace.load_trace(")),
+    "gpu-basics": (
+        ("torch.accelerator.is_available()", "torch.cuda.get_device_properties(",
+         "device=device", ".to(device)", "torch.cuda.memory_allocated(",
+         "torch.cuda.memory_reserved(", "torch.cuda.empty_cache()",
+         "torch.cuda.max_memory_allocated(", "torch.cuda.reset_peak_memory_stats(",
+         "torch.cuda.mem_get_info(", ".pin_memory()", "non_blocking=True",
+         "torch.cuda.Stream(", "side.wait_stream(main)", "A.record_stream(side)",
+         'TORCH_CUDA_SANITIZER="1"', "trace.plot_timeline(", "replicate(module, devices)",
+         "scatter(inputs, devices)", "parallel_apply(replicas, inputs)", "gather(outputs,",
+         "nn.DataParallel(", ".share_memory_()", "net.share_memory()",
+         'mp.get_context("spawn")'),
+        ("mx.context.num_gpus()", "mx.gpu(i)", "mx.context.gpu_memory_info(", "ctx=device",
+         ".as_in_ctx(device)", "list_ctx()", "mx.cpu_pinned(0)", "gluon.utils.split_and_load(",
+         "p.list_grad()", 'mx.Context("cpu_shared", 0)')),
 }
 
 

@@ -161,3 +161,29 @@ def test_sync_exercise_2_counting_steps():
     assert run(cell, "num_steps_answer, num_distinct_answer = 3, 4").startswith("Correct")
     assert "Not quite" in run(cell, "num_steps_answer, num_distinct_answer = 7, 8")
     assert run(cell, "num_steps_answer, num_distinct_answer = 3, 4", "zh").startswith("正确")
+
+
+# ------------------------------------------------------------ GPU basics
+def test_gpu_basics_exercise_1_copy_time():
+    cell = check_cell("gpu-basics", "exercise 1")
+    assert run(cell, "copy_ms = 43").startswith("Correct")
+    assert run(cell, "copy_ms = 2**28 * 4 / 25e9 * 1000").startswith("Correct")
+    assert "Not quite" in run(cell, "copy_ms = 10.7")  # forgot the 4 bytes
+    assert run(cell, "copy_ms = 42.9", "zh").startswith("正确")
+    assert run(cell, "copy_ms = None", "zh").startswith("练习 1")
+
+
+def test_gpu_basics_exercise_2_training_state():
+    cell = check_cell("gpu-basics", "exercise 2")
+    assert run(cell, "training_state_mb = 120").startswith("Correct")
+    assert "Not quite" in run(cell, "training_state_mb = 80")  # forgot the momentum
+    assert "Not quite" in run(cell, "training_state_mb = 114.4")  # MiB, not MB
+    assert run(cell, "training_state_mb = 120.0", "zh").startswith("正确")
+
+
+def test_gpu_basics_exercise_3_what_orders_the_streams():
+    cell = check_cell("gpu-basics", "exercise 3")
+    assert run(cell, "makes_it_right = {'a', 'b'}").startswith("Correct")
+    assert run(cell, "makes_it_right = ['b', 'a']").startswith("Correct")
+    assert "Not quite" in run(cell, "makes_it_right = {'a', 'c'}")
+    assert run(cell, "makes_it_right = {'a', 'b'}", "zh").startswith("正确")

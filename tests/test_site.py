@@ -282,3 +282,20 @@ def test_sync_page_shows_each_framework_its_losses_and_timeline(page, site_url, 
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert mx_loss.is_visible() and not fix.is_visible()
     assert page.errors == []
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_gpu_basics_page_shows_each_framework_its_data_parallel(page, site_url, lang):
+    """PyTorch's four primitives and the Hogwild script under the PyTorch tab; Gluon's
+    split_and_load version under the MXNet tab; the page's check tables from the run."""
+    page.goto(f"{site_url}/{lang}/chapters/gpu-basics.html")
+    page.locator(".book-bar .fw-tab[data-fw=torch]").click()
+    primitives = page.locator(".tag_torch", has_text="def data_parallel(module, inputs")
+    check = page.locator(".tag_torch", has_text="one_device = outputs_and_grads(lenet)")
+    hogwild = page.locator(".tag_torch", has_text="%%writefile hogwild.py")
+    mx_version = page.locator(".tag_mxnet", has_text="gluon.utils.split_and_load(X, devices)")
+    assert primitives.is_visible() and hogwild.is_visible() and not mx_version.is_visible()
+    assert "vs one device" in check.inner_text()  # the table, from the run
+    page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
+    assert mx_version.is_visible() and not primitives.is_visible()
+    assert page.errors == []
