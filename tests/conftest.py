@@ -1,8 +1,10 @@
-"""Shared fixtures: an isolated download cache and the location of the real Fashion-MNIST."""
+"""Shared fixtures: an isolated download cache, the location of the real Fashion-MNIST, and
+the scripts that chapters write with ``%%writefile``."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +66,17 @@ def run_python():
                               timeout=120)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def chapter_script():
+    """``chapter_script(chapter, name)``: the script that the English ``chapter`` writes to
+    ``name`` with ``%%writefile``, so that tests run the code the page shows."""
+    def read(chapter: str, name: str) -> str:
+        source = (Path(__file__).resolve().parents[1] / "chapters" / "en" / f"{chapter}.md"
+                  ).read_text(encoding="utf-8")
+        found = re.search(rf"^%%writefile {re.escape(name)}\n(.*?)^```", source, re.S | re.M)
+        assert found, f"{chapter}.md writes no {name}"
+        return found.group(1)
+
+    return read

@@ -20,7 +20,6 @@ import pytest
 
 pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 LIMIT = 120  # seconds: far above a normal run of these sizes (about 10 s)
 
@@ -68,11 +67,6 @@ def test_a_stuck_rank_times_out_instead_of_hanging(fmnist_dir):
     assert "waited more than timeout=5 s for the other ranks" in done.stdout
 
 
-def _chapter_script() -> str:
-    source = (ROOT / "chapters" / "en" / "multi-gpu-concise.md").read_text(encoding="utf-8")
-    return re.search(r"^%%writefile train_ddp\.py\n(.*?)^```", source, re.S | re.M).group(1)
-
-
 def _ranks_of(launcher: int) -> dict[int, int]:
     """RANK -> pid of the worker processes that the torchrun process ``launcher`` started."""
     ranks = {}
@@ -91,8 +85,10 @@ def _ranks_of(launcher: int) -> dict[int, int]:
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the ranks through /proc")
-def test_torchrun_names_a_killed_rank_of_the_chapter_script(tmp_path, fmnist_dir):
-    (tmp_path / "train_ddp.py").write_text(_chapter_script(), encoding="utf-8")
+def test_torchrun_names_a_killed_rank_of_the_chapter_script(tmp_path, fmnist_dir,
+                                                            chapter_script):
+    script = chapter_script("multi-gpu-concise", "train_ddp.py")
+    (tmp_path / "train_ddp.py").write_text(script, encoding="utf-8")
     env = dict(os.environ, OMP_NUM_THREADS="1", D2L_DATA_DIR=str(fmnist_dir))
     launcher = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

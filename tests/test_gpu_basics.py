@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,23 +71,25 @@ def test_the_pages_data_parallel_equals_one_device_mxnet(numpy_too_new):
     assert outputs < 1e-5 and gradients < 1e-4
 
 
-def _hogwild_script() -> str:
-    source = CHAPTER.read_text(encoding="utf-8")
-    return re.search(r"^%%writefile hogwild\.py\n(.*?)^```", source, re.S | re.M).group(1)
-
-
-def _hogwild(tmp_path: Path, fmnist_dir: Path, *args: str) -> subprocess.CompletedProcess:
+@pytest.fixture
+def hogwild(tmp_path, fmnist_dir, chapter_script):
+    """Run the page's hogwild.py on a slice of Fashion-MNIST in ``tmp_path``."""
     pytest.importorskip("torch")
-    (tmp_path / "hogwild.py").write_text(_hogwild_script(), encoding="utf-8")
+    script = chapter_script("gpu-basics", "hogwild.py")
+    (tmp_path / "hogwild.py").write_text(script, encoding="utf-8")
     env = dict(os.environ, D2L_DATA_DIR=str(fmnist_dir))
-    return subprocess.run(
-        [sys.executable, "hogwild.py", "--num-train", "2000", "--num-test", "1000", *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "hogwild.py", "--num-train", "2000", "--num-test", "1000", *args],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    return run
 
 
-def test_the_pages_hogwild_script_learns(tmp_path, fmnist_dir):
+def test_the_pages_hogwild_script_learns(hogwild, tmp_path):
     """Two processes train the shared model; the parent, which never trains, sees it learn."""
-    done = _hogwild(tmp_path, fmnist_dir, "--processes", "2", "--epochs", "2")
+    done = hogwild("--processes", "2", "--epochs", "2")
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads((tmp_path / "hogwild.json").read_text())
     assert result["processes"] == 2 and result["examples"] == 2000
@@ -97,8 +98,8 @@ def test_the_pages_hogwild_script_learns(tmp_path, fmnist_dir):
     assert "2 processes, 2 epochs of 2,000 images" in done.stdout
 
 
-def test_a_failing_hogwild_process_is_reported_and_leaves_no_result(tmp_path, fmnist_dir):
-    done = _hogwild(tmp_path, fmnist_dir, "--processes", "2", "--batch-size", "0")
+def test_a_failing_hogwild_process_is_reported_and_leaves_no_result(hogwild, tmp_path):
+    done = hogwild("--processes", "2", "--batch-size", "0")
     assert done.returncode != 0
     assert "2 training processes failed (exit codes [1, 1])" in done.stderr
     assert not (tmp_path / "hogwild.json").exists()
