@@ -27,7 +27,6 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from d2l_ext import fashion_mnist
 from d2l_ext import torch as d2l
-from d2l_ext.torch import _synchronize
 from d2l_ext.utils import Timer, TrainResult, text_table
 
 
@@ -107,7 +106,7 @@ def d2l_loop(net: nn.Module, device: torch.device, batch_size: int, lr: float,
     n = len(train_iter.dataset)
     for _ in range(num_epochs):
         net.train()
-        _synchronize(device)
+        d2l.synchronize(device)
         timer = Timer()
         for X, y in train_iter:
             trainer.zero_grad()
@@ -115,7 +114,7 @@ def d2l_loop(net: nn.Module, device: torch.device, batch_size: int, lr: float,
             l = loss(net(X), y)
             l.backward()
             trainer.step()
-        _synchronize(device)
+        d2l.synchronize(device)
         seconds = timer.stop()
         result.epoch_seconds.append(seconds)
         result.images_per_second.append(n / seconds)
@@ -157,11 +156,11 @@ def matmul_flops_per_second(device: torch.device, dtype: torch.dtype = torch.flo
         repeats, elapsed = 1, 0.0
         while elapsed < seconds:  # double the repeats until the timing is long enough
             repeats *= 2
-            _synchronize(device)
+            d2l.synchronize(device)
             start = time.perf_counter()
             for _ in range(repeats):
                 a @ b
-            _synchronize(device)
+            d2l.synchronize(device)
             elapsed = time.perf_counter() - start
         return 2 * n ** 3 * repeats / elapsed
     finally:

@@ -16,11 +16,13 @@ from d2l_ext.utils import (
     Animator,
     Benchmark,
     Timer,
+    Timing,
     TrainProgress,
     TrainResult,
     check_split,
     message,
 )
+from d2l_ext.utils import measure as _measure
 
 _NEEDS = ("d2l_ext.mxnet needs MXNet 1.9.1 with numpy < 1.24 (numpy 1.23.5), which exists "
           "only for Python <= 3.11. In a Python 3.11 environment run: "
@@ -42,12 +44,24 @@ npx.set_np()
 __all__ = [
     "Accumulator", "Animator", "Benchmark", "Timer", "TrainResult", "Residual", "accuracy",
     "cpu", "evaluate_accuracy_gpu", "evaluate_accuracy_gpus", "get_dataloader_workers", "gpu",
-    "load_data_fashion_mnist", "message", "num_gpus", "resnet18", "sgd", "split_batch",
-    "train", "try_all_devices", "try_all_gpus", "try_gpu",
+    "load_data_fashion_mnist", "measure", "message", "num_gpus", "resnet18", "sgd",
+    "split_batch", "synchronize", "Timing", "train", "try_all_devices", "try_all_gpus", "try_gpu",
 ]
 
 
 # ---------------------------------------------------------------- devices
+def synchronize() -> None:
+    """Wait until MXNet's engine has finished every queued operation, on every device
+    (``npx.waitall``). MXNet is asynchronous on a CPU too: a timer needs this barrier."""
+    npx.waitall()
+
+
+def measure(f, repeats: int = 5, warmup: int = 1) -> Timing:
+    """Time ``repeats`` runs of ``f()``, each between two barriers (:func:`synchronize`),
+    after ``warmup`` runs; the median and the range (:class:`d2l_ext.utils.Timing`)."""
+    return _measure(f, synchronize, repeats, warmup)
+
+
 def cpu(i: int = 0) -> mx.Context:
     """The CPU context ``i`` (several CPU contexts stand in for several devices)."""
     return npx.cpu(i)

@@ -27,18 +27,21 @@ from d2l_ext.utils import (
     Animator,
     Benchmark,
     Timer,
+    Timing,
     TrainProgress,
     TrainResult,
     check_split,
     message,
 )
+from d2l_ext.utils import measure as _measure
 
 __all__ = [
     "Accumulator", "Animator", "Benchmark", "DeviceLoader", "LAMB", "Timer", "TrainResult",
     "Residual",
     "accuracy", "cpu", "evaluate_accuracy_gpu", "get_dataloader_workers", "gpu",
-    "load_data_fashion_mnist", "message", "num_gpus", "resnet18", "sgd", "split_batch",
-    "train", "try_all_devices", "try_all_gpus", "try_gpu",
+    "load_data_fashion_mnist", "measure", "message", "num_gpus", "resnet18", "sgd",
+    "split_batch", "synchronize", "Timing", "train", "try_all_devices", "try_all_gpus",
+    "try_gpu",
 ]
 
 
@@ -292,9 +295,37 @@ def _all_sum(values: list[float], device: torch.device, world_size: int) -> list
     return t.tolist()
 
 
-def _synchronize(device: torch.device) -> None:
+def synchronize(device: torch.device | str | None = None) -> None:
+    """Wait until ``device`` has finished all work queued on it (a barrier).
+
+    CUDA: ``torch.cuda.synchronize``; another accelerator: ``torch.accelerator.synchronize``
+    (PyTorch 2.6+); a CPU: nothing to wait for, since PyTorch's CPU operators have finished
+    when they return. ``None``: the current accelerator, if there is one.
+    """
+    if device is None:
+        device = _current_accelerator()
+        if device is None:
+            return
+    device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type != "cpu" and hasattr(torch, "accelerator"):
+        torch.accelerator.synchronize(device)
+
+
+def _current_accelerator() -> torch.device | None:
+    if hasattr(torch, "accelerator"):  # PyTorch 2.6 and later
+        return (torch.accelerator.current_accelerator() if torch.accelerator.is_available()
+                else None)
+    return torch.device("cuda") if torch.cuda.is_available() else None
+
+
+def measure(f, device: torch.device | str | None = None, repeats: int = 5,
+            warmup: int = 1) -> Timing:
+    """Time ``repeats`` runs of ``f()`` on ``device``, each between two barriers
+    (:func:`synchronize`), after ``warmup`` runs; the median and the range
+    (:class:`d2l_ext.utils.Timing`)."""
+    return _measure(f, lambda: synchronize(device), repeats, warmup)
 
 
 def _loaders(rank: int, world_size: int, device: torch.device, cfg: _Config,
@@ -364,7 +395,7 @@ def _train_loop(rank: int, world_size: int, net: nn.Module, device: torch.device
             (train_iter if cfg.data_on_device else train_iter.sampler).set_epoch(epoch)
         if world_size > 1:
             dist.barrier()
-        _synchronize(device)
+        synchronize(device)
         timer = Timer()
         model.train()
         # loss and correct predictions summed on the device: no host-device sync per step
@@ -390,7 +421,7 @@ def _train_loop(rank: int, world_size: int, net: nn.Module, device: torch.device
             if (i + 1) % max(1, num_batches // 5) == 0 and i + 1 < num_batches and rank == 0:
                 m = metric.tolist()  # a host-device sync, five times an epoch
                 report("batch", epoch + (i + 1) / num_batches, m[0] / seen, m[1] / seen)
-        _synchronize(device)
+        synchronize(device)
         if world_size > 1:
             dist.barrier()
         seconds = timer.stop()

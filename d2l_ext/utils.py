@@ -63,6 +63,69 @@ class Benchmark:
         print(f"{self.description}: {self.elapsed:.4f} sec")
 
 
+@dataclass(frozen=True)
+class Timing:
+    """Wall times (seconds) of repeated runs of the same work: the median and the spread.
+
+    Compare two timings by their ranges, not their medians alone: :meth:`clearly_faster`
+    is true only when every run of one was faster than every run of the other.
+    """
+
+    times: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.times:
+            raise ValueError("a Timing needs at least one time.")
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.times))
+
+    @property
+    def min(self) -> float:
+        return min(self.times)
+
+    @property
+    def max(self) -> float:
+        return max(self.times)
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median: the relative width of the range."""
+        return (self.max - self.min) / self.median if self.median else 0.0
+
+    def clearly_faster(self, other: Timing) -> bool:
+        """Every run of ``self`` was faster than every run of ``other`` (no overlap)."""
+        return self.max < other.min
+
+    def text(self, unit: str = "ms", digits: int = 2) -> str:
+        """``"12.34 ms (11.90-13.01)"``: the median and the range, in ``unit`` (s, ms, us)."""
+        scale = {"s": 1.0, "ms": 1e3, "us": 1e6}[unit]
+        return (f"{self.median * scale:.{digits}f} {unit} "
+                f"({self.min * scale:.{digits}f}\u2013{self.max * scale:.{digits}f})")
+
+
+def measure(f, barrier, repeats: int = 5, warmup: int = 1) -> Timing:
+    """Run ``f()`` ``warmup`` times, then time ``repeats`` runs, each between two barriers.
+
+    ``barrier()`` must wait until the device has finished all queued work (a framework's
+    ``synchronize``/``waitall``): the timer starts with the queue drained and stops only
+    when the work is done, not merely queued.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}.")
+    for _ in range(warmup):
+        f()
+    times = []
+    for _ in range(repeats):
+        barrier()
+        start = time.perf_counter()
+        f()
+        barrier()
+        times.append(time.perf_counter() - start)
+    return Timing(tuple(times))
+
+
 class Accumulator:
     """Accumulate sums over ``n`` variables."""
 

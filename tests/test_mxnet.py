@@ -315,3 +315,20 @@ def test_train_with_switches_learns(d2l, fmnist_dir, options):
 def test_hybridize_needs_hybrid_blocks(d2l):
     with pytest.raises(ValueError, match="hybridize=True needs a HybridBlock.*HybridSequential"):
         d2l.train(tiny_mxnet_cnn(), [d2l.cpu(0)], batch_size=64, lr=0.1, hybridize=True)
+
+
+# ---------------------------------------------------------------- barriers and timing
+def test_measure_waits_for_the_engine(d2l):
+    """MXNet's engine is asynchronous on a CPU too: without waitall the timer would stop
+    while the product is still queued. With the barrier, the work is inside the time."""
+    from mxnet import np
+
+    a = np.random.uniform(size=(1024, 1024))
+    d2l.synchronize()
+    queued = d2l.Timer()
+    for _ in range(20):
+        b = np.dot(a, a)  # noqa: F841 - queued, not computed
+    issue_seconds = queued.stop()
+    d2l.synchronize()
+    timing = d2l.measure(lambda: [np.dot(a, a) for _ in range(20)], repeats=2)
+    assert timing.min > 3 * issue_seconds  # the time of the work, not of queuing it

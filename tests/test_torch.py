@@ -333,3 +333,20 @@ def test_train_batch_not_a_multiple_of_devices():
     with pytest.raises(ValueError, match="batch_size 65 is not a multiple of the 2 devices"):
         d2l.train(tiny_torch_cnn(), [d2l.cpu(), d2l.cpu()], batch_size=65, lr=0.1,
                   num_epochs=1, num_train=10, num_test=10, verbose=False)
+
+
+# ---------------------------------------------------------------- barriers and timing
+def test_synchronize_waits_for_cuda_only_where_asked(monkeypatch):
+    waited = []
+    monkeypatch.setattr(d2l.torch.cuda, "synchronize", lambda device=None: waited.append(device))
+    d2l.synchronize("cpu")  # CPU operators have finished when they return: nothing to do
+    assert waited == []
+    d2l.synchronize(torch.device("cuda", 1))
+    assert waited == [torch.device("cuda", 1)]
+
+
+def test_measure_drains_the_device_of_its_argument(monkeypatch):
+    drained = []
+    monkeypatch.setattr(d2l, "synchronize", lambda device=None: drained.append(device))
+    timing = d2l.measure(lambda: None, "cuda:0", repeats=3, warmup=0)
+    assert len(timing.times) == 3 and drained == ["cuda:0"] * 6

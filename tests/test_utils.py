@@ -326,3 +326,34 @@ def test_train_progress_quiet_in_a_notebook_draws_nothing(fake_notebook, capsys)
     progress.done()
     assert fake_notebook.calls == [] and capsys.readouterr().out == ""
     assert TrainProgress(make_result(), num_epochs=2).animator is not None  # verbose: drawn
+
+
+# ------------------------------------------------------------ Timing and measure
+def test_timing_median_range_and_text():
+    t = utils.Timing((0.012, 0.010, 0.011))
+    assert (t.median, t.min, t.max) == (0.011, 0.010, 0.012)
+    assert t.spread == pytest.approx(0.002 / 0.011)
+    assert t.text() == "11.00 ms (10.00\u201312.00)"
+    assert t.text("s", 3) == "0.011 s (0.010\u20130.012)"
+    with pytest.raises(ValueError, match="at least one"):
+        utils.Timing(())
+
+
+def test_clearly_faster_needs_ranges_that_do_not_overlap():
+    fast, slow, overlapping = (utils.Timing(ts) for ts in
+                               ((1.0, 1.1), (1.2, 1.3), (1.05, 1.25)))
+    assert fast.clearly_faster(slow) and not slow.clearly_faster(fast)
+    assert not fast.clearly_faster(overlapping) and not overlapping.clearly_faster(slow)
+
+
+def test_measure_times_each_run_between_two_barriers(monkeypatch):
+    calls = []
+    clock = iter(range(100))
+    monkeypatch.setattr(utils.time, "perf_counter", lambda: float(next(clock)))
+    timing = utils.measure(lambda: calls.append("f"), lambda: calls.append("barrier"),
+                           repeats=2, warmup=1)
+    # the warm-up run, then per repeat: drain, start, work, drain, stop
+    assert calls == ["f", "barrier", "f", "barrier", "barrier", "f", "barrier"]
+    assert timing.times == (1.0, 1.0)
+    with pytest.raises(ValueError, match="repeats"):
+        utils.measure(lambda: None, lambda: None, repeats=0)
