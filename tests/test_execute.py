@@ -99,6 +99,18 @@ def test_one_run_fills_both_languages(book):
     assert not list(root.rglob("*.part"))
 
 
+def test_running_again_keeps_the_cell_ids(book):
+    """A second run rewrites outputs only: the ids of its cells stay, so that a re-run
+    shows in a diff as the outputs that changed, not as every cell of the notebook."""
+    root = book()
+    execute.execute("demo", "torch")
+    first = [c.id for c in _notebook(root, "zh").cells]
+    execute.execute("demo", "torch")
+    assert [c.id for c in _notebook(root, "zh").cells] == first
+    assert len(set(first)) == len(first)
+    assert [c.id for c in _notebook(root, "en").cells] == first  # the same in both languages
+
+
 def test_a_failing_run_leaves_the_committed_notebooks(book):
     root = book()
     execute.execute("demo", "torch")

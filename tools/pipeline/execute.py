@@ -136,6 +136,7 @@ def _filled(book: nbformat.NotebookNode, executed: list[nbformat.NotebookNode], 
     book.metadata["language_info"] = copy.deepcopy(language_info)
     book.metadata["d2l_ext"].update(run=run, values=values)
     note = nbformat.v4.new_markdown_cell(run_note(run, lang))
+    note.id = "run-note"
     note.metadata["d2l_ext"] = {"role": "run-note"}
     book.cells.insert(title_index(book) + 1, note)
     return book

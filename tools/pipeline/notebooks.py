@@ -40,6 +40,7 @@ def install_cell(framework: str, lang: str) -> nbformat.NotebookNode:
               "if importlib.util.find_spec('d2l_ext') is None:",
               f"    !pip install -q \"d2l-ext[{extra}] @ git+https://github.com/{slug}@{branch}\""]
     cell = nbformat.v4.new_code_cell("\n".join(lines))
+    cell.id = "install"
     cell.metadata["d2l_ext"] = {"role": "install"}
     return cell
 
@@ -58,6 +59,7 @@ def split(chapter: Chapter, framework: str) -> nbformat.NotebookNode:
             text = prose_for(cell.source, framework)
             if text:
                 new = nbformat.v4.new_markdown_cell(text)
+                new.id = cell_id(index)
                 new.metadata["d2l_ext"] = {"source_index": index}
                 nb.cells.append(new)
             if not title_done and re.search(r"^# ", cell.source, re.M):
@@ -65,6 +67,7 @@ def split(chapter: Chapter, framework: str) -> nbformat.NotebookNode:
                 title_done = True
         else:
             new = nbformat.v4.new_code_cell(cell.source)
+            new.id = cell_id(index)
             new.metadata["d2l_ext"] = {"source_index": index}
             if cell.tags:
                 new.metadata["tags"] = [t for t in cell.tags if t not in FRAMEWORKS]
@@ -74,6 +77,13 @@ def split(chapter: Chapter, framework: str) -> nbformat.NotebookNode:
     nb.metadata["d2l_ext"] = {"source": f"chapters/{chapter.lang}/{chapter.name}.md",
                               "framework": framework, "code_hash": code_hash(nb)}
     return nb
+
+
+def cell_id(source_index: int) -> str:
+    """A cell's id, from its position in the chapter source: the same in every run, so that
+    executing a chapter again changes only what the run changed (nbformat's default ids are
+    random, and every run would rewrite them all)."""
+    return f"cell-{source_index:03d}"
 
 
 def code_hash(nb: nbformat.NotebookNode) -> str:
