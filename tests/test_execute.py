@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,98 @@ def test_an_interrupted_run_leaves_the_committed_notebooks(book):
                                                                    []))
     assert (root / "notebooks" / "zh" / "torch" / "demo.ipynb").read_bytes() == before
     assert not list(root.rglob("*.part"))
+
+
+STOP_RUNNER = """
+import sys
+from pathlib import Path
+sys.path.insert(0, {tools!r})
+import book
+from pipeline import config
+config.CHAPTERS = Path({root!r}) / "chapters"
+config.NOTEBOOKS = Path({root!r}) / "notebooks"
+sys.exit(book.main(["execute", "demo"]))
+"""
+
+
+def test_ctrl_c_during_execute_says_in_one_line_what_was_written(book, tmp_path):
+    """The first framework's run finishes and is written; Ctrl-C stops the second: one
+    line names both, the exit status is 130, and no traceback, temporary file or kernel
+    connection file is left behind."""
+    import subprocess
+
+    marker = tmp_path / "first-run-done"
+    root = book(f"import os, time\nif os.path.exists({str(marker)!r}):\n    time.sleep(120)\n"
+                f"open({str(marker)!r}, 'w').close()")
+    runner = tmp_path / "runner.py"
+    runner.write_text(STOP_RUNNER.format(tools=str(ROOT / "tools"), root=str(root)))
+    proc = subprocess.Popen([sys.executable, str(runner)], stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):  # the second run is under way once the marker exists
+            if marker.exists():
+                break
+            proc.wait(timeout=0.1) if proc.poll() is not None else time.sleep(0.1)
+        time.sleep(3)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 130, err
+    assert lines == ["book.py: stopped during demo (mxnet). Notebooks written: demo (torch); "
+                     "unchanged: demo (mxnet)."], err
+    assert (root / "notebooks" / "zh" / "torch" / "demo.ipynb").exists()
+    assert not (root / "notebooks" / "zh" / "mxnet" / "demo.ipynb").exists()
+    assert not [p for p in root.rglob("*") if p.suffix in (".part", ".bak")]
+    assert not [p for p in execute.SCRATCH.glob(f"{proc.pid}-*")]
+
+
+def test_a_kill_while_replacing_a_set_is_undone(tmp_path, monkeypatch):
+    """SIGKILL between two renames leaves a mixed set; the next start puts the old set back."""
+    import subprocess
+
+    monkeypatch.setattr(config, "NOTEBOOKS", tmp_path)
+    old = {tmp_path / f"{lang}.ipynb": nbformat.v4.new_notebook(metadata={"v": "old"})
+           for lang in ("en", "zh")}
+    execute.write_notebooks(old)
+    script = f"""
+import os, sys
+from pathlib import Path
+sys.path.insert(0, {str(ROOT / "tools")!r})
+import nbformat
+from pipeline import config, execute
+config.NOTEBOOKS = Path({str(tmp_path)!r})
+real_replace, count = os.replace, []
+def replace(src, dst):  # dies after the journal and the first notebook are in place
+    real_replace(src, dst)
+    count.append(dst)
+    if len(count) == 2:
+        os.kill(os.getpid(), 9)
+os.replace = replace
+execute.write_notebooks({{Path({str(tmp_path)!r}) / f"{{lang}}.ipynb":
+                         nbformat.v4.new_notebook(metadata={{"v": "new"}})
+                         for lang in ("en", "zh", "fr")}})
+"""
+    assert subprocess.run([sys.executable, "-c", script]).returncode == -9
+    versions = {p.name: nbformat.read(p, 4).metadata["v"] for p in tmp_path.glob("*.ipynb")}
+    assert sorted(versions.values()) == ["new", "old"]  # half replaced
+    assert sorted(p.name for p in execute.recover()) == ["en.ipynb", "fr.ipynb", "zh.ipynb"]
+    assert {p.name: nbformat.read(p, 4).metadata["v"] for p in tmp_path.glob("*.ipynb")} == {
+        "en.ipynb": "old", "zh.ipynb": "old"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["en.ipynb", "zh.ipynb"]
+    assert execute.recover() == []
+
+
+def test_scratch_of_a_dead_run_is_removed(tmp_path, monkeypatch):
+    import subprocess
+
+    monkeypatch.setattr(execute, "SCRATCH", tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    (tmp_path / f"{dead}-abc" / "runtime").mkdir(parents=True)
+    (tmp_path / f"{os.getpid()}-def").mkdir()  # a live run's: kept
+    assert [p.name for p in execute.remove_stale_scratch()] == [f"{dead}-abc"]
+    assert [p.name for p in tmp_path.iterdir()] == [f"{os.getpid()}-def"]
 
 
 def test_unknown_chapter_names_the_known_ones(book):

@@ -46,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     va.add_argument("--skip-benchmarks", action="store_true")
     args = parser.parse_args(argv)
     try:
+        from pipeline.execute import Interrupted, recover
+
+        for path in recover():  # a set of notebooks whose replacement was killed half-way
+            print(f"book.py: restored {shown(path)} (an earlier run was killed while "
+                  "writing it)", file=sys.stderr)
         if args.command == "execute":
             from pipeline.execute import execute_all
 
@@ -70,11 +75,14 @@ def main(argv: list[str] | None = None) -> int:
 
             return validate(args.smoke, args.allow_cpu, not args.skip_nbval,
                             not args.skip_benchmarks, log=lambda line: print(line, flush=True))
+    except Interrupted as err:
+        print(f"book.py: {err}", file=sys.stderr)
+        return 130
     except BookError as err:
         print(f"book.py: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("book.py: interrupted; notebooks not yet written are unchanged", file=sys.stderr)
+        print("book.py: interrupted", file=sys.stderr)
         return 130
     return 0
 

@@ -18,6 +18,7 @@ import contextlib
 import copy
 import json
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import nbformat
 
+from pipeline import config
 from pipeline.config import RUN_LANGUAGE, BookError, shown
 from pipeline.notebooks import notebook_path, placeholders, split, title_index
 from pipeline.runinfo import probe, run_note
@@ -34,6 +36,8 @@ from pipeline.sources import chapter_names, check_same_code, editions, fill
 #: Code cells that contain this answer in the reader's language (the exercises' checks):
 #: they are run again for every other language, after the whole notebook, in its kernel.
 LANGUAGE_DEPENDENT = "d2l.message("
+#: Scratch space of the runs: the kernels' working and runtime directories.
+SCRATCH = config.BUILD / "run"
 
 
 def _printed_json(cell: nbformat.NotebookNode) -> dict:
@@ -44,24 +48,93 @@ def _printed_json(cell: nbformat.NotebookNode) -> dict:
 
 
 def run_notebook(nb: nbformat.NotebookNode, smoke: bool, timeout: int) -> None:
-    """Execute ``nb`` in place, in a fresh kernel started in an empty directory.
+    """Execute ``nb`` in place, in a fresh kernel started in an empty scratch directory.
 
-    The kernel inherits ``D2L_SMOKE`` (the notebooks' size knob) and ignores warnings.
+    The kernel inherits ``D2L_SMOKE`` (the notebooks' size knob) and ignores warnings. The
+    scratch directory (files the notebook writes, the kernel's connection file and its
+    stderr log) lies under ``_build/run`` and is removed afterwards; one left by a killed
+    run is removed by the next (:func:`remove_stale_scratch`).
+
+    nbclient runs in a worker thread, so that SIGINT and SIGTERM stay with this process's
+    main thread (nbclient takes them over in the main thread and reports a kernel it shut
+    down itself as dead): stopped, this kills the kernel and its children and re-raises.
     """
     from nbclient import NotebookClient
 
-    saved = {k: os.environ.get(k) for k in ("D2L_SMOKE", "PYTHONWARNINGS")}
-    os.environ.update(D2L_SMOKE="1" if smoke else "", PYTHONWARNINGS="ignore")
+    saved = {k: os.environ.get(k)
+             for k in ("D2L_SMOKE", "PYTHONWARNINGS", "JUPYTER_RUNTIME_DIR")}
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=SCRATCH, prefix=f"{os.getpid()}-") as scratch:
+        cwd = Path(scratch) / "cwd"  # files the notebook writes stay out of git
+        cwd.mkdir()
+        os.environ.update(D2L_SMOKE="1" if smoke else "", PYTHONWARNINGS="ignore",
+                          JUPYTER_RUNTIME_DIR=str(Path(scratch) / "runtime"))
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                resources={"metadata": {"path": str(cwd)}})
+        failure: list[BaseException] = []
+        try:
+            with open(Path(scratch) / "kernel.log", "w") as log:
+                def work() -> None:
+                    try:
+                        client.execute(stderr=log)
+                    except BaseException as err:  # handed to the main thread
+                        failure.append(err)
+
+                worker = threading.Thread(target=work, name="nbclient", daemon=True)
+                worker.start()
+                try:
+                    while worker.is_alive():
+                        worker.join(0.2)
+                except BaseException:
+                    _kill_kernel(client)
+                    worker.join(30)
+                    raise
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        if failure:
+            error = failure[0]
+            from nbclient.exceptions import CellExecutionError
+
+            stderr = (Path(scratch) / "kernel.log").read_text(errors="replace").strip()
+            if not isinstance(error, CellExecutionError) and stderr:
+                error.add_note("the kernel's stderr ended with:\n"
+                               + "\n".join(stderr.splitlines()[-15:]))
+            raise error
+
+
+def _kill_kernel(client) -> None:
+    """Kill the kernel of an nbclient ``client`` with everything it started (its own process
+    group: jupyter_client starts kernels in a new session)."""
+    process = getattr(getattr(client.km, "provisioner", None), "process", None)
+    if process is not None and process.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def remove_stale_scratch() -> list[Path]:
+    """Remove the scratch directories of runs whose process no longer exists (a run killed
+    with SIGKILL cannot clean up after itself); return those removed."""
+    removed = []
+    for path in SCRATCH.glob("*-*") if SCRATCH.is_dir() else []:
+        pid = path.name.split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
     try:
-        with tempfile.TemporaryDirectory() as cwd:  # files the notebook writes stay out of git
-            NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                           resources={"metadata": {"path": cwd}}).execute()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def execute(name: str, framework: str, smoke: bool = False, timeout: int = 1800) -> list[Path]:
@@ -103,7 +176,7 @@ def execute(name: str, framework: str, smoke: bool = False, timeout: int = 1800)
     except CellExecutionError as err:
         raise BookError(f"{versions[RUN_LANGUAGE].path.name} ({framework}) failed; "
                         f"the committed notebooks are unchanged.\n{err}") from err
-    except BaseException as err:  # interrupted (nbclient turns SIGINT into other errors)
+    except BaseException as err:  # interrupted, or the kernel died
         err.add_note(f"{name} ({framework}): the run stopped; the committed notebooks "
                      "are unchanged.")
         raise
@@ -192,19 +265,73 @@ def _signals_deferred():
 
 
 def write_notebooks(notebooks: dict[Path, nbformat.NotebookNode]) -> None:
-    """Write all notebooks or none: each to a ``.part`` file first, then all moved in place."""
+    """Write all notebooks or none, even if the process is killed half-way.
+
+    Each notebook goes to a ``.part`` file first. Then a journal (:data:`JOURNAL` in the
+    notebooks folder) records the set, the notebooks being replaced are kept as ``.bak``
+    hard links, and the ``.part`` files are moved in place. Only when all are in place are
+    the journal and the backups removed. A journal found later (the process was killed
+    while replacing) means the set is incomplete: :func:`recover` puts the old set back.
+    """
+    recover()
     parts: dict[Path, Path] = {}
+    backups: list[Path] = []
+    journal = _journal()
     try:
         for path, nb in notebooks.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             parts[path] = path.with_name(path.name + ".part")
             nbformat.write(nb, parts[path])
+        entries = []
+        for path, part in parts.items():
+            backup = path.with_name(path.name + ".bak")
+            backup.unlink(missing_ok=True)
+            if path.exists():
+                os.link(path, backup)
+                backups.append(backup)
+            entries.append([str(path), str(part), str(backup) if path.exists() else None])
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        pending = journal.with_name(journal.name + ".part")
+        pending.write_text(json.dumps(entries), encoding="utf-8")
         with _signals_deferred():
+            os.replace(pending, journal)  # from here on, a kill is undone by recover()
             for path, part in parts.items():
                 os.replace(part, path)
+            journal.unlink()
     finally:
-        for part in parts.values():
-            part.unlink(missing_ok=True)
+        recover()  # a failure while replacing: the old set comes back
+        for leftover in [*parts.values(), *backups]:
+            leftover.unlink(missing_ok=True)
+
+
+#: The record of a set of notebooks being replaced (see :func:`write_notebooks`).
+JOURNAL = ".replacing.json"
+
+
+def _journal() -> Path:
+    return config.NOTEBOOKS / JOURNAL
+
+
+def recover() -> list[Path]:
+    """Undo a replacement of notebooks that was interrupted (its journal remains): put the
+    notebooks it had replaced back from their backups, remove the ones it had added.
+    Returns the notebooks restored or removed; nothing to do returns ``[]``."""
+    journal = _journal()
+    journal.with_name(journal.name + ".part").unlink(missing_ok=True)
+    if not journal.exists():
+        return []
+    undone = []
+    for path, part, backup in json.loads(journal.read_text(encoding="utf-8")):
+        path, part = Path(path), Path(part)
+        if backup and Path(backup).exists():
+            os.replace(backup, path)  # (a no-op if path is still the backup's hard link)
+            Path(backup).unlink(missing_ok=True)
+        elif not backup:
+            path.unlink(missing_ok=True)
+        part.unlink(missing_ok=True)
+        undone.append(path)
+    journal.unlink()
+    return undone
 
 
 def _chapters(names: list[str] | None) -> list[str]:
@@ -217,14 +344,52 @@ def _chapters(names: list[str] | None) -> list[str]:
     return list(names or known)
 
 
+class Interrupted(BookError):
+    """A run of ``execute`` was stopped (Ctrl-C, SIGTERM); the message says what was written."""
+
+
+@contextlib.contextmanager
+def _sigterm_stops():
+    """While the block runs, SIGTERM stops it as Ctrl-C (SIGINT) does: ``KeyboardInterrupt``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _runs_named(runs: list[tuple[str, str]]) -> str:
+    return ", ".join(f"{name} ({framework})" for name, framework in runs) or "none"
+
+
 def execute_all(names: list[str] | None, frameworks: list[str], smoke: bool,
                 log=print) -> dict[tuple[str, str], float]:
-    """Execute chapters (all if ``names`` is empty) for each framework; seconds per run."""
+    """Execute chapters (all if ``names`` is empty) for each framework; seconds per run.
+
+    Each run replaces its chapter's notebooks (both languages) when it succeeds. Stopped
+    by Ctrl-C or SIGTERM, it raises :class:`Interrupted`, whose one-line message names
+    the runs whose notebooks were written and those left unchanged.
+    """
+    remove_stale_scratch()
+    runs = [(name, framework) for name in _chapters(names) for framework in frameworks]
     seconds = {}
-    for name in _chapters(names):
-        for framework in frameworks:
+    with _sigterm_stops():
+        for done, (name, framework) in enumerate(runs):
             start = time.perf_counter()
-            paths = execute(name, framework, smoke)
+            try:
+                paths = execute(name, framework, smoke)
+            except KeyboardInterrupt:
+                raise Interrupted(
+                    f"stopped during {name} ({framework}). Notebooks written: "
+                    f"{_runs_named(runs[:done])}; unchanged: {_runs_named(runs[done:])}."
+                ) from None
             seconds[name, framework] = time.perf_counter() - start
             log(f"executed {name} ({framework}) in {seconds[name, framework]:.0f} s: "
                 + ", ".join(shown(p) for p in paths))
