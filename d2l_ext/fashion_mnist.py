@@ -19,9 +19,11 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import socket
 import tempfile
 import urllib.error
 import urllib.request
+import warnings
 import zlib
 from functools import lru_cache
 from pathlib import Path
@@ -38,6 +40,10 @@ FILES = {
     "t10k-images-idx3-ubyte": "5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b",
     "t10k-labels-idx1-ubyte": "0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34",
 }
+
+#: Seconds a download waits for the server (to connect, or for the next bytes) before it
+#: gives up: a stalled mirror fails in this time, not in minutes.
+TIMEOUT = 15.0
 
 TEXT_LABELS = ["t-shirt", "trouser", "pullover", "dress", "coat",
                "sandal", "shirt", "sneaker", "bag", "ankle boot"]
@@ -71,8 +77,9 @@ def _file_in(directory: Path, name: str) -> Path | None:
     return None
 
 
-def _complete(directory: Path) -> bool:
-    return all(_file_in(directory, name) for name in FILES)
+def _missing(directory: Path) -> list[str]:
+    """The names of the four files that ``directory`` lacks (all four if it does not exist)."""
+    return [name for name in FILES if not _file_in(directory, name)]
 
 
 _REMEDY = ("Delete it (it is downloaded again on the next call) or reinstall the Debian "
@@ -111,15 +118,19 @@ def download(directory: Path | None = None, base_url: str = BASE_URL) -> Path:
     """
     directory = Path(directory) if directory is not None else cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
+    remove_stale_parts(directory)
     umask = os.umask(0)
     os.umask(umask)
     for name in FILES:
         if _file_in(directory, name):
             continue
         url = base_url + name + ".gz"
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".part")
+        # the pid in the name tells a later call whether the download is still under way
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.{os.getpid()}.",
+                                   suffix=".part")
         try:
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+            with os.fdopen(fd, "wb") as out, \
+                    urllib.request.urlopen(url, timeout=TIMEOUT) as response:
                 while chunk := response.read(1 << 20):
                     out.write(chunk)
             _checked(Path(tmp).read_bytes(), name, f"the download from {url}",
@@ -127,14 +138,47 @@ def download(directory: Path | None = None, base_url: str = BASE_URL) -> Path:
                      "(apt-get install dataset-fashion-mnist, or root=/D2L_DATA_DIR).")
             os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates files readable by the owner only
             os.replace(tmp, directory / f"{name}.gz")
+        except (TimeoutError, socket.timeout) as err:
+            os.unlink(tmp)
+            raise urllib.error.URLError(f"{url} did not answer within {TIMEOUT:g} s") from err
         except BaseException:
             os.unlink(tmp)
             raise
     return directory
 
 
+def remove_stale_parts(directory: Path) -> list[Path]:
+    """Remove the ``.part`` files of downloads whose process no longer exists (a process
+    killed while downloading cannot remove its own); return those removed."""
+    removed = []
+    for part in Path(directory).glob(".*.part"):
+        pid = part.name.split(".")[2] if part.name.count(".") >= 3 else ""
+        if not pid.isdigit() or not _alive(int(pid)):
+            part.unlink(missing_ok=True)
+            removed.append(part)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _not_found_message(searched: list[Path], err: Exception) -> str:
-    where = "\n".join(f"  - {d}" for d in searched)
+    def state(d: Path) -> str:
+        missing = _missing(d)
+        if not d.is_dir():
+            return "does not exist"
+        if len(missing) == len(FILES):
+            return "has none of the files"
+        return f"lacks {', '.join(missing)}"
+
+    where = "\n".join(f"  - {d} ({state(d)})" for d in searched)
     return (f"Fashion-MNIST was not found and could not be downloaded ({err}).\n"
             f"Searched:\n{where}\n"
             "Get the data in one of three ways:\n"
@@ -148,8 +192,13 @@ def find(root: str | os.PathLike | None = None, base_url: str = BASE_URL) -> Pat
     """Return a directory holding all four files, downloading them if needed."""
     searched = candidate_dirs(root)
     for directory in searched:
-        if _complete(directory):
+        missing = _missing(directory)
+        if not missing:
             return directory
+        if len(missing) < len(FILES) and directory != cache_dir():
+            # part of a copy: the reader probably meant this one
+            warnings.warn(f"{directory} lacks {', '.join(missing)} (.gz or not), so it is "
+                          "not used; looking further.", stacklevel=2)
     try:
         return download(cache_dir(), base_url)
     except (urllib.error.URLError, OSError) as err:

@@ -101,14 +101,26 @@ def test_resolution_order(isolated, fmnist_dir, tmp_path, monkeypatch):
     assert fashion_mnist.find() == isolated
 
 
-def test_incomplete_directory_is_skipped(isolated, fmnist_dir, tmp_path, monkeypatch):
+def test_incomplete_directory_is_skipped_with_a_warning(isolated, fmnist_dir, tmp_path,
+                                                        monkeypatch):
     partial = link_files(fmnist_dir, tmp_path / "partial", NAMES[:3])
     env = link_files(fmnist_dir, tmp_path / "env")
     monkeypatch.setenv("D2L_DATA_DIR", str(env))
-    assert fashion_mnist.find(partial) == env
+    with pytest.warns(UserWarning, match=f"{partial} lacks {NAMES[3]}"):
+        assert fashion_mnist.find(partial) == env
     monkeypatch.setenv("D2L_DATA_DIR", str(partial))
     link_files(fmnist_dir, isolated)
-    assert fashion_mnist.find() == isolated
+    with pytest.warns(UserWarning, match="not used"):
+        assert fashion_mnist.find() == isolated
+
+
+def test_the_error_names_the_file_a_directory_lacks(isolated, fmnist_dir, tmp_path):
+    partial = link_files(fmnist_dir, tmp_path / "partial", NAMES[:3])
+    with pytest.warns(UserWarning), pytest.raises(DataError) as err:
+        fashion_mnist.find(partial, base_url=closed_port_url())
+    message = str(err.value)
+    assert f"{partial} (lacks {NAMES[3]})" in message
+    assert f"{isolated} (has none of the files)" in message
 
 
 def test_load_from_root(isolated, fmnist_dir, tmp_path):
@@ -298,6 +310,47 @@ def test_download_interrupted(isolated, served_dir):
 
 
 # ---------------------------------------------------------------- load
+def test_a_stalled_server_fails_within_the_timeout(isolated, monkeypatch):
+    import time
+
+    monkeypatch.setattr(fashion_mnist, "TIMEOUT", 1.0)
+    stop = threading.Event()
+
+    class SilentHandler(QuietHandler):
+        """Accepts the request and never answers: a stalled mirror."""
+
+        def do_GET(self) -> None:
+            stop.wait(30)
+
+    with serve(Path("."), SilentHandler) as (url, requested):
+        start = time.perf_counter()
+        try:
+            with pytest.raises(DataError, match="did not answer within 1 s"):
+                fashion_mnist.find(base_url=url)
+        finally:
+            stop.set()
+    assert time.perf_counter() - start < 10
+    assert files_in(fashion_mnist.cache_dir()) == []
+
+
+def test_parts_left_by_a_killed_download_are_removed(isolated, served_dir):
+    import subprocess
+    import sys
+
+    cache = fashion_mnist.cache_dir()
+    cache.mkdir(parents=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    stale = cache / f".{NAMES[0]}.{dead}.k3j_x.part"
+    live = cache / f".{NAMES[1]}.{os.getpid()}.a8b_q.part"  # a download under way
+    stale.write_bytes(b"half a file")
+    live.write_bytes(b"still coming")
+    with serve(served_dir) as (url, _):
+        assert fashion_mnist.find(base_url=url) == cache
+    assert not stale.exists() and live.exists()
+    assert files_in(cache) == sorted([live.name] + [f"{name}.gz" for name in NAMES])
+
+
 def test_load_train(fmnist_dir):
     images, labels = fashion_mnist.load(True)
     assert images.shape == (60000, 28, 28) and labels.shape == (60000,)
