@@ -295,3 +295,24 @@ def test_refill_refuses_what_needs_a_new_run(book, change, refusal):
         execute.refill("demo", "torch")
     for lang, content in before.items():
         assert (root / "notebooks" / lang / "torch" / "demo.ipynb").read_bytes() == content
+
+
+def test_a_page_has_unique_cell_ids_when_a_shared_cell_splits_into_tabs(book):
+    """A shared cell whose outputs differ between frameworks shows once per framework (as
+    tabs); the page's copies must not share an id, or nbformat rejects the page."""
+    from pipeline import pages, sources
+
+    root = book()
+    for framework in ("torch", "mxnet"):
+        execute.execute("demo", framework)
+    path = root / "notebooks" / "en" / "mxnet" / "demo.ipynb"
+    nb = nbformat.read(path, 4)
+    shared = next(c for c in nb.cells if c.cell_type == "code" and "answer = 6 * 7" in c.source)
+    shared.outputs[0]["text"] = "answer 41\n"  # as if MXNet had printed something else
+    nbformat.write(nb, path)
+    page = pages.merge(sources.parse(root / "chapters" / "en" / "demo.md"))
+    ids = [c.id for c in page.cells]
+    assert len(ids) == len(set(ids))
+    tabs = [c for c in page.cells if "answer = 6 * 7" in c.get("source", "")]
+    assert [c.metadata["tags"][0] for c in tabs] == ["torch", "mxnet"]
+    nbformat.validate(page)

@@ -66,6 +66,8 @@ def merge(chapter: Chapter) -> nbformat.NotebookNode:
         for fw in FRAMEWORKS:
             if cell.framework in (None, fw):
                 executed = copy.deepcopy(by_index[fw][index])
+                if cell.framework is None:  # the same cell, once per framework: two ids
+                    executed.id = f"{executed.id}-{fw}"
                 executed.metadata["tags"] = [fw] + executed.metadata.get("tags", [])
                 executed.metadata.pop("d2l_ext", None)
                 page.cells.append(executed)
