@@ -152,7 +152,7 @@ import book
 from pipeline import config
 config.CHAPTERS = Path({root!r}) / "chapters"
 config.NOTEBOOKS = Path({root!r}) / "notebooks"
-sys.exit(book.main(["execute", "demo"]))
+book.cli(["execute", "demo"])
 """
 
 
@@ -169,10 +169,11 @@ def test_ctrl_c_during_execute_says_in_one_line_what_was_written(book, tmp_path)
     runner.write_text(STOP_RUNNER.format(tools=str(ROOT / "tools"), root=str(root)))
     proc = subprocess.Popen([sys.executable, str(runner)], stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(1200):  # the second run is under way once the marker exists
-            if marker.exists():
+        written = root / "notebooks" / "zh" / "torch" / "demo.ipynb"
+        for _ in range(1200):  # the second run is under way once the first is written
+            if marker.exists() and written.exists() or proc.poll() is not None:
                 break
-            proc.wait(timeout=0.1) if proc.poll() is not None else time.sleep(0.1)
+            time.sleep(0.1)
         time.sleep(3)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -186,6 +187,23 @@ def test_ctrl_c_during_execute_says_in_one_line_what_was_written(book, tmp_path)
     assert not (root / "notebooks" / "zh" / "mxnet" / "demo.ipynb").exists()
     assert not [p for p in root.rglob("*") if p.suffix in (".part", ".bak")]
     assert not [p for p in execute.SCRATCH.glob(f"{proc.pid}-*")]
+
+
+def test_the_kernel_keeps_its_files_in_the_runs_scratch_folder(book, monkeypatch):
+    """Its working folder and connection file (so that a killed run leaves them where the
+    next run removes them, not in the system's temporary folder)."""
+    import json
+
+    root = book("import os, sys, json\n"
+                "print(json.dumps([os.getcwd(), sys.argv]))")
+    execute.execute("demo", "torch")
+    code = [c for c in _notebook(root, "en").cells if c.cell_type == "code"]
+    cwd, argv = json.loads(code[2].outputs[0]["text"])
+    connection = argv[argv.index("-f") + 1]
+    scratch = execute.SCRATCH.resolve()
+    assert Path(cwd).resolve().is_relative_to(scratch)
+    assert Path(connection).resolve().is_relative_to(scratch)
+    assert not Path(cwd).exists()  # removed after the run
 
 
 def test_a_kill_while_replacing_a_set_is_undone(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ what Colab and SageMaker Studio Lab open and what nbval checks. The stages live 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -87,5 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def cli(argv: list[str] | None = None) -> None:
+    """Run :func:`main` and exit with its status. After a stop (130) leave at once: the
+    stopped kernel's client may still hold sockets that Python's shutdown would trip on."""
+    status = main(argv)
+    if status == 130:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

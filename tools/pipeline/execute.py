@@ -69,8 +69,11 @@ def run_notebook(nb: nbformat.NotebookNode, smoke: bool, timeout: int) -> None:
         cwd.mkdir()
         os.environ.update(D2L_SMOKE="1" if smoke else "", PYTHONWARNINGS="ignore",
                           JUPYTER_RUNTIME_DIR=str(Path(scratch) / "runtime"))
+        runtime = Path(scratch) / "runtime"
+        runtime.mkdir()
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                resources={"metadata": {"path": str(cwd)}})
+                                resources={"metadata": {"path": str(cwd)}},
+                                kernel_manager_class=_scratch_kernel_manager(runtime))
         failure: list[BaseException] = []
         try:
             with open(Path(scratch) / "kernel.log", "w") as log:
@@ -104,6 +107,19 @@ def run_notebook(nb: nbformat.NotebookNode, smoke: bool, timeout: int) -> None:
                 error.add_note("the kernel's stderr ended with:\n"
                                + "\n".join(stderr.splitlines()[-15:]))
             raise error
+
+
+def _scratch_kernel_manager(runtime: Path) -> type:
+    """A kernel manager class whose kernels write their connection file into ``runtime``
+    (jupyter_client's default is a temporary file that a killed run would leave behind)."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class ScratchKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs) -> None:
+            kwargs.setdefault("connection_file", str(runtime / "kernel.json"))
+            super().__init__(**kwargs)
+
+    return ScratchKernelManager
 
 
 def _kill_kernel(client) -> None:
