@@ -5,21 +5,28 @@ version full of host-device synchronisations to the one without.
 The loss ignores the pixels labelled ``ignore_value`` and those of the *background* class
 (the last one), and is zeroed when the labels of the batch, counted after that and with
 the ignore value counted as a label, take fewer than two distinct values. The four variants
-compute the same value and the same gradient (a test checks); they differ in how:
+compute the same value and the same gradient (a test checks); they differ in how, and in
+how many times per training step (forward and backward) they make the host wait for the
+device:
 
-=================  ====================================  ========================================
-variant            background -> ignored, label count    cross-entropy
-=================  ====================================  ========================================
-``"original"``     ``torch.nonzero`` + index assignment; boolean masks, then plain cross-entropy
-                   ``torch.unique``, a Python ``if``
-``"where"``        ``torch.where``; otherwise as above   as above
-``"sort"``         ``torch.where``; sort and count the   as above
+=================  ====================================  =========================  =====
+variant            background -> ignored, label count    cross-entropy              syncs
+=================  ====================================  =========================  =====
+``"original"``     ``torch.nonzero`` + index assignment; boolean masks, then plain  5
+                   ``torch.unique``, a Python ``if``     cross-entropy
+``"where"``        ``torch.where``; otherwise as above   as above                   4
+``"sort"``         ``torch.where``; sort and count the   as above                   3
                    steps; ``torch.where`` on the loss
-``"ignore_index"`` as ``"sort"``                         ``cross_entropy(ignore_index=...)``
-=================  ====================================  ========================================
+``"ignore_index"`` as ``"sort"``                         ``cross_entropy(``         0
+                                                         ``ignore_index=...)``
+=================  ====================================  =========================  =====
 
-Each of ``nonzero``, ``unique``, boolean indexing and the Python ``if`` on a device value
-makes the host wait for the device: their results' sizes (or values) are needed on the host.
+What synchronises is every operation whose result's size the host must learn from the
+device: ``torch.nonzero``, ``torch.unique``, and each boolean index ``t[mask]`` (computed with
+a ``nonzero`` of the mask), once in the forward pass for the scores and once for the labels,
+and once more in the backward pass, where the scores' gradient is written back through the
+mask. The Python ``if`` adds none of its own: it tests ``unique(...).numel()``, a host
+integer, and the wait has already happened inside ``unique``.
 """
 
 from __future__ import annotations
@@ -78,7 +85,7 @@ class MaskedCrossEntropy(nn.Module):
             target = torch.where(target == background, self.ignore_value, target)
         if self.variant in ("original", "where"):
             loss = self.boolean_mask_loss(pred, target)
-            if torch.unique(target).numel() < 2:
+            if torch.unique(target).numel() < 2:  # unique waits; numel() is a host int
                 loss = 0.0 * loss
             return loss
         labels = torch.sort(target.flatten()).values
@@ -91,7 +98,8 @@ class MaskedCrossEntropy(nn.Module):
 
     def boolean_mask_loss(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Cross-entropy over the pixels whose label is not ``ignore_value``, picked out with
-        boolean masks (whose result's size the host must learn from the device)."""
+        boolean masks (whose result's size the host must learn from the device: three waits
+        per step, two here and one in the backward pass)."""
         mask = target != self.ignore_value
         scores = pred.permute(0, 2, 3, 1)[mask]  # (pixels kept, num_classes)
         return F.cross_entropy(scores, target[mask])

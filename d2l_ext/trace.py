@@ -35,43 +35,59 @@ class Event:
 
 #: PyTorch's trace categories of work that runs on a device stream.
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
+#: The phases that open and close an async span (nestable ``b``/``e``; legacy ``S``/``F``).
+ASYNC_BEGIN, ASYNC_END = ("b", "S"), ("e", "F")
 
 
 def load_trace(path: str | os.PathLike,
                track: Callable[[dict], str] | None = None) -> list[Event]:
     """The timed events of a Chrome trace file, sorted by start time.
 
-    Complete events (``"ph": "X"``, with a duration) are taken as they are; begin/end pairs
-    (``"B"``/``"E"``, as MXNet writes them) are matched per thread, innermost first. Times
-    are in microseconds. ``track(event)`` names the row of a raw event, or returns None to
-    leave the event out; by default a device
-    stream for PyTorch's kernels and copies (``GPU stream 7``), MXNet's device and engine
-    thread for its operators (``cpu/0 thread 1``), else the host thread (``CPU thread 12``).
+    Three kinds of span are read; times are in microseconds:
+
+    * complete events (``"ph": "X"``, with a duration), as PyTorch writes them;
+    * begin/end pairs (``"B"``/``"E"``), matched per thread, innermost first, as MXNet writes
+      its operators;
+    * async begin/end pairs (``"b"``/``"e"``, and the older ``"S"``/``"F"``), matched by
+      process, category and ``id``, innermost first, as MXNet writes its C API calls (the Python
+      thread's calls into MXNet, ``MXNDArrayWaitAll`` among them), its profiler tasks and a
+      second copy of its operators.
+
+    ``track(event)`` names the row of a raw event (for a pair, the event that opens it), or
+    returns None to leave the event out. By default: a device stream for PyTorch's kernels
+    and copies (``GPU stream 7``); a named process and its thread for MXNet's devices and
+    async events (``cpu/0 thread 1``, ``MXNET_C_API thread 1``); else the host thread
+    (``CPU thread 12``).
     """
     with open(path, encoding="utf-8") as f:
-        try:
-            data = json.load(f)
-        except json.JSONDecodeError as err:
+        text = f.read()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        data = _unterminated(text)
+        if data is None:
             raise ValueError(f"{path} is not a JSON trace file ({err}); export one with "
                              "torch.profiler's export_chrome_trace or mx.profiler.dump.") from err
     raw = data.get("traceEvents", []) if isinstance(data, dict) else data
     if not isinstance(raw, list):
         raise ValueError(f"{path} has no list of trace events.")
     raw = [e for e in raw if isinstance(e, dict)]
-    devices = {e.get("pid"): str(e.get("args", {}).get("name", "")) for e in raw
-               if e.get("ph") == "M" and e.get("name") == "process_name"}
+    processes = {e.get("pid"): str(e.get("args", {}).get("name", "")) for e in raw
+                 if e.get("ph") == "M" and e.get("name") == "process_name"}
     threads: dict[tuple, int] = {}
 
     def default(e: dict) -> str:
         if e.get("cat") in DEVICE_CATEGORIES:
             return f"GPU stream {e.get('tid', 0)}"
-        device = devices.get(e.get("pid"), "")
-        if "/" in device:  # MXNet names its devices cpu/0, gpu/0, ...
-            key = (e.get("pid"), e.get("tid"))
-            if key not in threads:
-                threads[key] = 1 + sum(1 for pid, _ in threads if pid == key[0])
-            return f"{device} thread {threads[key]}"
-        return f"CPU thread {e.get('tid', 0)}"
+        process = processes.get(e.get("pid"), "")
+        if e.get("ph") in ASYNC_BEGIN:
+            process = process or str(e.get("cat", "")) or "async"
+        elif "/" not in process:  # MXNet names its devices cpu/0, gpu/0, ...
+            return f"CPU thread {e.get('tid', 0)}"
+        key = (e.get("pid"), e.get("tid"))
+        if key not in threads:
+            threads[key] = 1 + sum(1 for pid, _ in threads if pid == key[0])
+        return f"{process} thread {threads[key]}"
 
     track = track or default
     spans: list[tuple[dict, float]] = []  # (the event that opens a span, its duration)
@@ -82,13 +98,19 @@ def load_trace(path: str | os.PathLike,
         phase = e.get("ph")
         if phase == "X":
             spans.append((e, float(e.get("dur", 0.0))))
-        elif phase in ("B", "E"):
-            stack = open_events.setdefault((e.get("pid"), e.get("tid")), [])
-            if phase == "B":
-                stack.append(e)
-            elif stack:
-                begin = stack.pop()
-                spans.append((begin, float(e["ts"]) - float(begin["ts"])))
+            continue
+        if phase in ("B", "E"):
+            key: tuple = ("thread", e.get("pid"), e.get("tid"))
+        elif phase in ASYNC_BEGIN or phase in ASYNC_END:
+            key = ("async", e.get("pid"), e.get("cat"), str(e.get("id", e.get("id2"))))
+        else:  # instants, counters, flows, metadata: no span
+            continue
+        stack = open_events.setdefault(key, [])
+        if phase == "B" or phase in ASYNC_BEGIN:
+            stack.append(e)
+        elif stack:
+            begin = stack.pop()
+            spans.append((begin, float(e["ts"]) - float(begin["ts"])))
     events = []
     for e, duration in spans:
         row = track(e)
@@ -96,6 +118,18 @@ def load_trace(path: str | os.PathLike,
             events.append(Event(str(e.get("name", "")), row, float(e["ts"]), duration,
                                 str(e.get("cat", ""))))
     return sorted(events, key=lambda ev: ev.start_us)
+
+
+def _unterminated(text: str):
+    """A trace whose closing brackets are missing, as the trace-event format allows while a
+    file is still being written (``mx.profiler.dump(finished=False)`` leaves one); else None."""
+    body = text.rstrip().rstrip(",")
+    for closing in ("]", "]}"):
+        try:
+            return json.loads(body + closing)
+        except json.JSONDecodeError:
+            continue
+    return None
 
 
 def _color(name: str) -> str:
@@ -107,12 +141,16 @@ def _color(name: str) -> str:
 
 def plot_timeline(events: Iterable[Event], ax=None, tracks: list[str] | None = None,
                   start_us: float | None = None, end_us: float | None = None,
-                  min_duration_us: float = 0.0, label_fraction: float = 0.04):
+                  min_duration_us: float = 0.0, label_fraction: float = 0.04,
+                  min_width_fraction: float = 0.002):
     """Draw ``events`` as bars on one row per track, time in milliseconds from ``start_us``.
 
-    ``tracks`` picks and orders the rows (default: every track, host threads first);
-    ``start_us``/``end_us`` cut a window; events shorter than ``min_duration_us`` are left
-    out; an event wider than ``label_fraction`` of the window gets its name written on it.
+    ``tracks`` picks and orders the rows (default: every track, host threads first); a
+    chosen row without events in the window says "no events". ``start_us``/``end_us`` cut a
+    window; events shorter than ``min_duration_us`` are left out; an event wider than
+    ``label_fraction`` of the window and than its name gets the name written on it, and one
+    narrower than ``min_width_fraction`` of it is drawn that wide, so that short events stay
+    visible.
     Gaps on a device row are time the device waited for the host.
     """
     import matplotlib.pyplot as plt
@@ -122,28 +160,38 @@ def plot_timeline(events: Iterable[Event], ax=None, tracks: list[str] | None = N
         chosen = [e for e in chosen if e.end_us > start_us]
     if end_us is not None:
         chosen = [e for e in chosen if e.start_us < end_us]
-    if not chosen:
-        raise ValueError("no events to draw: widen the window or lower min_duration_us.")
     if tracks is None:
         tracks = sorted({e.track for e in chosen},
                         key=lambda t: (not t.lower().startswith("cpu"), t))  # host first
     chosen = [e for e in chosen if e.track in tracks]
+    if not chosen and (start_us is None or end_us is None):
+        raise ValueError("no events to draw: widen the window, lower min_duration_us or "
+                         "choose other tracks.")
     origin = min(e.start_us for e in chosen) if start_us is None else start_us
     last = max(e.end_us for e in chosen) if end_us is None else end_us
     width = max(last - origin, 1e-9)
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 0.6 * len(tracks) + 1))
+    ax.set_xlim(0, width / 1000)
+    # the width of one character of a label (7 points, about 0.6 em), in microseconds
+    char_us = 0.6 * 7 * ax.figure.dpi / 72 / max(ax.get_window_extent().width, 1) * width
     for row, name in enumerate(tracks):
+        bars: dict[str, list[tuple[float, float]]] = {}  # color: spans, one call per color
         for e in (e for e in chosen if e.track == name):
             begin = max(e.start_us, origin)
             length = min(e.end_us, last) - begin
-            ax.broken_barh([((begin - origin) / 1000, length / 1000)], (row - 0.4, 0.8),
-                           facecolors=_color(e.name), edgecolors="white", linewidth=0.3)
-            if length >= label_fraction * width:
+            bars.setdefault(_color(e.name), []).append(
+                ((begin - origin) / 1000, max(length, min_width_fraction * width) / 1000))
+            if length >= max(label_fraction * width, (len(e.name) + 1) * char_us):
                 ax.text((begin - origin + length / 2) / 1000, row, e.name, ha="center",
                         va="center", fontsize=7, color="white", clip_on=True)
+        for color, spans in bars.items():
+            ax.broken_barh(spans, (row - 0.4, 0.8), facecolors=color, edgecolors="white",
+                           linewidth=0.3)
+        if not bars:
+            ax.text(0.005 * width / 1000, row, "no events", va="center", fontsize=7,
+                    color="gray", style="italic")
     ax.set_yticks(range(len(tracks)), tracks)
     ax.set_ylim(len(tracks) - 0.5, -0.5)
-    ax.set_xlim(0, width / 1000)
     ax.set_xlabel("time (ms)")
     return ax

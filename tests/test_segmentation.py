@@ -1,5 +1,7 @@
 """d2l_ext.segmentation: chapter 4's four masked cross-entropies agree, value and gradient."""
 
+import re
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -83,3 +85,20 @@ def test_the_net_scores_every_pixel():
 def test_an_unknown_variant_names_the_choices():
     with pytest.raises(ValueError, match="original, where, sort, ignore_index"):
         MaskedCrossEntropy("fast")
+
+
+@pytest.mark.parametrize("variant, syncs", [("original", 5), ("where", 4), ("sort", 3),
+                                            ("ignore_index", 0)])
+def test_each_variant_synchronises_as_often_as_documented(variant, syncs):
+    """A training step's operators that need a size from the device (nonzero, also inside
+    boolean indexing and its backward; unique), counted in a CPU profile: the same operators
+    wait for the device on a GPU."""
+    pred = torch.randn(2, 10, 8, 8, requires_grad=True)
+    _, labels = segmentation.random_batch(2, size=8, seed=4)
+    loss_fn = MaskedCrossEntropy(variant)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        loss_fn(pred, labels).backward()
+    names = [e.name for e in prof.events()]
+    assert names.count("aten::nonzero") + names.count("aten::_unique2") == syncs
+    row = re.search(rf'^``"{variant}"``.* (\d+)$', segmentation.__doc__, re.M)
+    assert row and int(row.group(1)) == syncs, "the module's table says otherwise"

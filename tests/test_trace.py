@@ -47,13 +47,35 @@ def test_plot_rows_window_and_labels(tmp_path):
     matplotlib.use("Agg")
     events = [trace.Event("long op", "CPU thread 1", 0, 1000),
               trace.Event("tiny", "CPU thread 1", 1000, 1),
-              trace.Event("kernel", "GPU stream 7", 200, 700)]
+              trace.Event("kernel", "GPU stream 7", 200, 700),
+              trace.Event("a name far longer than its bar", "GPU stream 7", 920, 60)]
     ax = trace.plot_timeline(events, min_duration_us=10)
     assert [t.get_text() for t in ax.get_yticklabels()] == ["CPU thread 1", "GPU stream 7"]
     assert {t.get_text() for t in ax.texts} == {"long op", "kernel"}
     assert ax.get_xlim() == (0.0, 1.0)  # milliseconds
     with pytest.raises(ValueError, match="no events"):
         trace.plot_timeline(events, start_us=5000)
+    with pytest.raises(ValueError, match="no events"):
+        trace.plot_timeline(events, tracks=["a row without events"])
+
+
+def test_plot_marks_empty_rows_and_keeps_short_events_visible():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    events = [trace.Event("step", "host", 0, 10_000), trace.Event("sync", "waits", 500, 1)]
+    ax = trace.plot_timeline(events, tracks=["host", "waits", "device"], start_us=0,
+                             end_us=10_000)
+    notes = [t for t in ax.texts if t.get_text() == "no events"]
+    assert [round(t.get_position()[1]) for t in notes] == [2]  # the third row, "device"
+    widths = sorted(w for c in ax.collections for w in (p.get_extents().width
+                                                        for p in c.get_paths()))
+    assert widths[0] == pytest.approx(0.002 * 10)  # 1 us drawn as 0.2 % of a 10 ms window
+    plt.close("all")
+    ax = trace.plot_timeline(events, tracks=["device"], start_us=0, end_us=10_000)
+    assert [t.get_text() for t in ax.texts] == ["no events"]  # a window with nothing in it
+    plt.close("all")
 
 
 def test_a_real_pytorch_trace(tmp_path):
@@ -84,7 +106,50 @@ def test_mxnet_devices_name_the_rows(tmp_path):
         ("_np_dot", "cpu/0 thread 1"), ("_npi_add", "cpu/0 thread 2")]
 
 
+def test_async_events_are_matched_by_process_category_and_id(tmp_path):
+    path = write(tmp_path, [
+        {"ph": "M", "name": "process_name", "pid": 9, "args": {"name": "MXNET_C_API"}},
+        {"ph": "b", "name": "outer", "cat": "api", "id": 1, "ts": 0, "pid": 9, "tid": 4},
+        {"ph": "b", "name": "call", "cat": "api", "id": 2, "ts": 1, "pid": 9, "tid": 5},
+        {"ph": "b", "name": "inner", "cat": "api", "id": 1, "ts": 2, "pid": 9, "tid": 4},
+        {"ph": "e", "name": "inner", "cat": "api", "id": 1, "ts": 3, "pid": 9, "tid": 4},
+        {"ph": "e", "name": "call", "cat": "api", "id": 2, "ts": 4, "pid": 9, "tid": 5},
+        {"ph": "e", "name": "stray end", "cat": "api", "id": 3, "ts": 5, "pid": 9},
+        {"ph": "b", "name": "other category", "cat": "task", "id": 1, "ts": 6, "pid": 9},
+        {"ph": "e", "name": "outer", "cat": "api", "id": 1, "ts": 10, "pid": 9, "tid": 4},
+        {"ph": "e", "name": "other category", "cat": "task", "id": 1, "ts": 12, "pid": 9},
+        {"ph": "S", "name": "legacy", "cat": "old", "id": "0x1", "ts": 20},
+        {"ph": "F", "name": "legacy", "cat": "old", "id": "0x1", "ts": 26},
+        {"ph": "b", "name": "never ends", "cat": "api", "id": 7, "ts": 30, "pid": 9},
+        {"ph": "i", "name": "instant", "ts": 31, "pid": 9},
+    ])
+    events = trace.load_trace(path)
+    assert [(e.name, e.start_us, e.duration_us) for e in events] == [
+        ("outer", 0, 10), ("call", 1, 3), ("inner", 2, 1), ("other category", 6, 6),
+        ("legacy", 20, 6)]
+    tracks = {e.name: e.track for e in events}
+    assert tracks["outer"] == tracks["inner"] == "MXNET_C_API thread 1"  # the process, named
+    assert tracks["call"] == "MXNET_C_API thread 2" and tracks["legacy"] == "old thread 1"
+    rows = trace.load_trace(path, track=lambda e: "async" if e["ph"] in "bS" else None)
+    assert len(rows) == 5 and {e.track for e in rows} == {"async"}
+
+
+def test_a_trace_still_being_written_is_read(tmp_path):
+    event = {"ph": "X", "name": "a", "ts": 1, "dur": 2}
+    for text in (json.dumps({"traceEvents": [event, event]})[:-2],  # '{"traceEvents": [...'
+                 json.dumps([event, event])[:-1] + ",\n",  # '[..., ' (the ']' is optional)
+                 json.dumps([event])):
+        path = tmp_path / "open.json"
+        path.write_text(text)
+        assert [e.name for e in trace.load_trace(path)] in (["a", "a"], ["a"])
+    path.write_text('{"traceEvents": [{"ph": "X", "na')  # cut inside an event: not a trace
+    with pytest.raises(ValueError, match="not a JSON trace"):
+        trace.load_trace(path)
+
+
 def test_a_real_mxnet_trace(tmp_path, numpy_too_new):
+    """Operators (begin/end), the C API calls and profiler tasks (async), a wait for all
+    arrays (async, MXNDArrayWaitAll), from a file left open by dump(finished=False)."""
     if numpy_too_new:
         pytest.skip("MXNet 1.9.1 needs numpy < 1.24")
     mx = pytest.importorskip("mxnet")
@@ -94,14 +159,28 @@ def test_a_real_mxnet_trace(tmp_path, numpy_too_new):
     path = tmp_path / "mx.json"
     mx.profiler.set_config(profile_all=True, aggregate_stats=False, filename=str(path))
     mx.profiler.set_state("run")
+    task = mx.profiler.Task(mx.profiler.Domain("book"), "my step")
+    task.start()
     a = np.ones((64, 64))
     b = np.dot(a, a)
     b[b > 1].wait_to_read()  # boolean indexing: the host waits for the result's size
+    task.stop()
+    npx.waitall()
     mx.profiler.set_state("stop")
-    mx.profiler.dump()
+    mx.profiler.dump(finished=False)  # the file is left without its closing brackets
     events = trace.load_trace(path)
-    assert {"_np_dot", "_contrib_boolean_mask"} <= {e.name for e in events}
+    names = {e.name for e in events}
+    assert {"_np_dot", "_contrib_boolean_mask", "MXNDArrayWaitAll", "my step"} <= names
     assert all(e.duration_us >= 0 for e in events)
+    by_name = {e.name: e for e in events}
+    assert by_name["MXNDArrayWaitAll"].category == "MXNET_C_API"
+    assert by_name["MXNDArrayWaitAll"].track.startswith("MXNET_C_API thread")
+    step = by_name["my step"]
+    assert step.track.startswith("book thread") and step.category == "book"
+    assert step.start_us <= by_name["_np_dot"].start_us < step.end_us
+    # MXNet writes each operator twice: begin/end on its device, async on "operator"
+    assert {e.track.split(" thread")[0] for e in events if e.name == "_np_dot"} == {
+        "cpu/0", "operator"}
 
 
 def test_a_track_of_none_leaves_the_event_out(tmp_path):
