@@ -248,8 +248,12 @@ def train(net: nn.Block, devices: Sequence[mx.Context], batch_size: int, lr: flo
     ``warmup_epochs`` epochs. Without GPUs, pass ``[cpu(0), cpu(1)]``: the code
     is the same, the speed is not.
 
-    The defaults train as d2l does. Switches (chapter 3): ``num_workers`` loader
-    processes and ``pin_memory`` (page-locked batches, for copies to a GPU);
+    The defaults train as d2l's multi-GPU loop does (SGD at the given batch and rate, the
+    test accuracy after every epoch), with three differences: Xavier initialisation (d2l's
+    loop draws N(0, 0.01) weights), a warm-up over ``warmup_epochs=1.0`` (pass 0 for d2l's
+    constant rate) and no loader processes (``num_workers=0``; d2l uses 4). Switches
+    (chapter 3): ``num_workers`` loader processes and ``pin_memory`` (page-locked batches,
+    for copies to a GPU);
     ``hybridize=True``: ``net.hybridize(static_alloc=True, static_shape=True)``, MXNet's
     compiler (the network must be built of hybrid blocks, as :func:`resnet18` is);
     ``kvstore``: where the gradients are summed (``"device"``: on the GPUs, ``"local"``:

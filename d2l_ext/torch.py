@@ -279,6 +279,11 @@ class _Config:
     optimizer: str = "sgd"
     momentum: float = 0.0
     weight_decay: float = 0.0
+    drop_last: bool | None = None  # None: drop the last partial batch only under compile
+
+    @property
+    def drops_last(self) -> bool:
+        return self.compile is not None if self.drop_last is None else self.drop_last
 
 
 def _free_port() -> int:
@@ -330,12 +335,19 @@ def measure(f, device: torch.device | str | None = None, repeats: int = 5,
 
 def _loaders(rank: int, world_size: int, device: torch.device, cfg: _Config,
              memory_format: torch.memory_format):
-    """This rank's training and test minibatches: a ``DataLoader`` or a ``DeviceLoader``."""
+    """This rank's training and test minibatches: a ``DataLoader`` or a ``DeviceLoader``.
+
+    With ``cfg.drops_last`` the training loader leaves out the last partial batch, so that a
+    compiled model always sees one batch shape: a smaller last batch would make Dynamo
+    recompile with a symbolic batch size and run every later batch through that graph.
+    The test loaders keep every example (evaluation runs the uncompiled network).
+    """
     per_rank = cfg.batch_size // world_size
+    drop_last = cfg.drops_last
     if cfg.data_on_device:
         return (tuning.DeviceLoader(*fashion_mnist.load(True, cfg.root, cfg.num_train), per_rank,
                                     device, rank=rank, world_size=world_size, seed=cfg.seed,
-                                    memory_format=memory_format),
+                                    memory_format=memory_format, drop_last=drop_last),
                 tuning.DeviceLoader(*fashion_mnist.load(False, cfg.root, cfg.num_test), per_rank,
                                     device, shuffle=False, rank=rank, world_size=world_size,
                                     memory_format=memory_format))
@@ -348,7 +360,8 @@ def _loaders(rank: int, world_size: int, device: torch.device, cfg: _Config,
         pin_memory = False
     options = dict(num_workers=cfg.num_workers, pin_memory=pin_memory,
                    persistent_workers=cfg.persistent_workers and cfg.num_workers > 0)
-    train_iter = data.DataLoader(train_set, per_rank, sampler=sampler, **options)
+    train_iter = data.DataLoader(train_set, per_rank, sampler=sampler, drop_last=drop_last,
+                                 **options)
     # Each rank evaluates its own slice of the test set; the counts are summed.
     test_iter = data.DataLoader(data.Subset(test_set, range(rank, len(test_set), world_size)),
                                 per_rank, **options)
@@ -385,6 +398,9 @@ def _train_loop(rank: int, world_size: int, net: nn.Module, device: torch.device
     cuda_graphs = cfg.compile == "reduce-overhead" and device.type == "cuda"
     train_iter, test_iter = _loaders(rank, world_size, device, cfg, memory_format)
     num_batches = len(train_iter)
+    if num_batches == 0:
+        raise ValueError(f"no full batch of {cfg.batch_size} among the training examples with "
+                         "drop_last=True: use more examples (num_train) or a smaller batch.")
     optimizer = _optimizer(model, cfg)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, tuning.lr_lambda(
         cfg.schedule, round(cfg.warmup_epochs * num_batches), cfg.num_epochs * num_batches))
@@ -506,7 +522,7 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
           cudnn_benchmark: bool = False, tf32: bool = False,
           schedule: str = "constant", label_smoothing: float = 0.0,
           optimizer: str = "sgd", momentum: float = 0.0,
-          weight_decay: float = 0.0) -> TrainResult:
+          weight_decay: float = 0.0, drop_last: bool | None = None) -> TrainResult:
     """Train ``net`` on Fashion-MNIST with SGD on one device or several.
 
     ``batch_size`` is the global minibatch: with ``k`` devices each device
@@ -516,8 +532,13 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
     follows ``schedule``: ``"constant"``, or a ``"linear"`` or ``"cosine"`` decay
     to 0 at the end of the last epoch.
 
-    The defaults train as d2l does. The fast path's switches (chapter 3 turns
-    them on one at a time; :mod:`d2l_ext.tuning` says which need a GPU):
+    The defaults train as d2l's multi-GPU loop does (plain SGD at the given batch and rate,
+    the test accuracy after every epoch), with four differences: ``net`` is trained as given
+    (d2l's loop first draws N(0, 0.01) weights), the rate warms up over
+    ``warmup_epochs=1.0`` (pass 0 for d2l's constant rate), there are no loader processes
+    (``num_workers=0``; d2l uses 4) and, on CUDA, batches are pinned. The fast path's
+    switches (chapter 3 turns them on one at a time; :mod:`d2l_ext.tuning` says which need
+    a GPU):
 
     * data: ``num_workers`` loader processes, ``pin_memory`` (default: on CUDA),
       ``persistent_workers``; or ``data_on_device=True``: the whole uint8 dataset on
@@ -525,9 +546,12 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
     * ``channels_last`` memory format for the network and its inputs;
     * ``amp="bf16"`` or ``"fp16"``: ``torch.autocast``, fp16 with a gradient scaler;
     * ``compile="default"``, ``"max-autotune"`` or ``"reduce-overhead"`` (CUDA graphs):
-      ``torch.compile``; the first epoch then includes the compilation;
-    * ``fused=True``: the fused SGD kernel; ``cudnn_benchmark``; ``tf32`` matmuls
-      (both process-wide settings, restored when ``train`` returns);
+      ``torch.compile``; the first epoch then includes the compilation. ``drop_last``
+      (default: ``True`` under ``compile``, else ``False``) leaves out the last partial
+      training batch, so that the compiled graph keeps one static batch shape;
+    * ``fused=True``: the fused SGD kernel (with ``amp="fp16"`` it also spares the gradient
+      scaler's host-device synchronisation); ``cudnn_benchmark``; ``tf32`` matmuls (both
+      process-wide settings, restored when ``train`` returns);
     * optimisation: ``schedule``, ``label_smoothing``, ``momentum``, ``weight_decay``,
       ``optimizer="sgd"`` or ``"lamb"`` (:class:`d2l_ext.tuning.LAMB`).
 
@@ -569,7 +593,7 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
                   None if root is None else str(root), sync_bn, seed, timeout,
                   pin_memory, persistent_workers, data_on_device, channels_last, amp, compile,
                   fused, cudnn_benchmark, tf32, schedule, label_smoothing, optimizer, momentum,
-                  weight_decay)
+                  weight_decay, drop_last)
     progress = TrainProgress(TrainResult([str(d) for d in devices], batch_size, lr),
                              num_epochs, verbose)
 

@@ -3,7 +3,7 @@
 * :class:`DeviceLoader`: the whole uint8 dataset on the device, shuffled and sliced there;
 * :func:`autocast` and :func:`grad_scaler`: mixed precision (``amp="bf16"`` or ``"fp16"``);
 * :func:`compile_model`: ``torch.compile`` with a mode (``"reduce-overhead"``: CUDA graphs);
-* :func:`backend_flags`: ``cudnn.benchmark`` and TF32, restored afterwards;
+* :func:`backend_flags`: ``cudnn.benchmark`` and TF32 matmuls, restored afterwards;
 * :func:`lr_lambda`: warm-up, then constant, linear or cosine decay;
 * :class:`LAMB`: layer-wise adaptive moments for large batches.
 
@@ -75,13 +75,19 @@ class DeviceLoader:
     ``rank`` on. With one rank every example comes exactly once per epoch; with
     several the ranks' indices are exactly those of ``DistributedSampler``.
     Without ``shuffle`` the order is ``rank, rank + world_size, ...`` (no padding),
-    as the test loaders in :func:`d2l_ext.torch.train` use.
+    as the test loaders in :func:`d2l_ext.torch.train` use. With ``drop_last`` the last
+    batch is left out when it is smaller than ``batch_size`` (as ``DataLoader``'s
+    ``drop_last``), so that every batch has the same shape.
+
+    Each batch is four small kernels on the device: gather the images, convert them to
+    float, scale them to [0, 1], gather the labels (plus a copy for ``channels_last``).
     """
 
     def __init__(self, images: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Tensor,
                  batch_size: int, device: torch.device | str, *, shuffle: bool = True,
                  rank: int = 0, world_size: int = 1, seed: int = 0,
-                 memory_format: torch.memory_format = torch.contiguous_format) -> None:
+                 memory_format: torch.memory_format = torch.contiguous_format,
+                 drop_last: bool = False) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}.")
         if not 0 <= rank < world_size:
@@ -94,6 +100,7 @@ class DeviceLoader:
         self.batch_size, self.shuffle = batch_size, shuffle
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.memory_format = memory_format
+        self.drop_last = drop_last
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -117,11 +124,17 @@ class DeviceLoader:
         n = len(self.labels)
         per_rank = (math.ceil(n / self.world_size) if self.shuffle
                     else len(range(self.rank, n, self.world_size)))
+        if self.drop_last:
+            return per_rank // self.batch_size
         return math.ceil(per_rank / self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        order = self.indices().to(self.device, non_blocking=True)
-        for batch in order.split(self.batch_size):
+        order = self.indices()
+        if self.drop_last:
+            order = order[:len(order) - len(order) % self.batch_size]
+        order = order.to(self.device, non_blocking=True)
+        for start in range(0, len(order), self.batch_size):  # (split would yield an empty one)
+            batch = order[start:start + self.batch_size]
             X = self.images[batch].unsqueeze(1).float().div_(255)
             yield X.contiguous(memory_format=self.memory_format), self.labels[batch]
 
@@ -154,24 +167,51 @@ def compile_model(model: nn.Module, mode: str | None, device: torch.device) -> n
     return torch.compile(model, mode=mode)
 
 
+def new_tf32_api() -> bool:
+    """Whether this PyTorch sets TF32 per backend and operator (``fp32_precision``, 2.9+).
+
+    There, ``torch.backends.cuda.matmul.fp32_precision = "tf32"`` replaces
+    ``torch.backends.cuda.matmul.allow_tf32 = True`` and
+    ``torch.set_float32_matmul_precision("high")`` for CUDA matmuls, and mixing the two
+    kinds of switch in one process makes the old getters raise an error.
+    """
+    return hasattr(torch.backends.cuda.matmul, "fp32_precision")
+
+
+def matmul_precision() -> str:
+    """The float32 precision of CUDA matrix products as this PyTorch spells it: the new
+    API's ``"ieee"``, ``"tf32"`` or ``"none"`` (inherit), else ``"highest"``/``"high"``."""
+    if new_tf32_api():
+        return torch.backends.cuda.matmul.fp32_precision
+    return torch.get_float32_matmul_precision()
+
+
+def _set_matmul_precision(value: str) -> None:
+    if new_tf32_api():
+        torch.backends.cuda.matmul.fp32_precision = value
+    else:
+        torch.set_float32_matmul_precision(value)
+
+
 @contextlib.contextmanager
 def backend_flags(device: torch.device, cudnn_benchmark: bool, tf32: bool) -> Iterator[None]:
     """Set ``cudnn.benchmark`` and TF32 matmuls for a block; restore them afterwards.
 
     Both are process-wide settings, so a run that turns them on must not leave them
     on for the next one. (cuDNN convolutions already use TF32 by default; ``tf32``
-    adds matrix multiplications: ``torch.set_float32_matmul_precision("high")``.)
+    adds matrix multiplications: ``torch.backends.cuda.matmul.fp32_precision = "tf32"``,
+    or ``torch.set_float32_matmul_precision("high")`` before PyTorch 2.9.)
     """
-    benchmark, precision = torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()
+    benchmark, precision = torch.backends.cudnn.benchmark, matmul_precision()
     if cudnn_benchmark and cuda_only("cudnn_benchmark=True", device):
         torch.backends.cudnn.benchmark = True
     if tf32 and cuda_only("tf32=True", device):
-        torch.set_float32_matmul_precision("high")
+        _set_matmul_precision("tf32" if new_tf32_api() else "high")
     try:
         yield
     finally:
         torch.backends.cudnn.benchmark = benchmark
-        torch.set_float32_matmul_precision(precision)
+        _set_matmul_precision(precision)
 
 
 # ---------------------------------------------------------------- learning-rate schedules

@@ -17,6 +17,7 @@ from torch.utils import data
 
 from d2l_ext import fashion_mnist, tuning
 from d2l_ext import torch as d2l
+from d2l_ext import torch as d2l_torch  # its private loaders, tested directly
 from d2l_ext.torch import FashionMNIST
 from tests.nets import linear_torch_net, tiny_torch_cnn
 from tests.test_torch import full_batch_sgd_step, train_on_two_cpu_processes
@@ -34,7 +35,7 @@ def fake_images(n: int) -> tuple[np.ndarray, np.ndarray]:
 def epoch_indices(loader: tuning.DeviceLoader) -> list[int]:
     """The example indices a loader yields in one epoch (read back from the labels)."""
     loader.labels = torch.arange(len(loader.labels))
-    return torch.cat([y for _, y in loader]).tolist()
+    return [i for _, y in loader for i in y.tolist()]
 
 
 # ---------------------------------------------------------------- DeviceLoader
@@ -90,6 +91,19 @@ def test_device_loader_batches_match_the_dataset(fmnist_dir):
     expected = torch.stack([dataset[i][0] for i in range(16)])
     torch.testing.assert_close(X, expected)
     assert y.tolist() == [int(dataset[i][1]) for i in range(16)]
+
+
+@pytest.mark.parametrize("n, batch_size, shuffle", [(10, 3, True), (10, 3, False),
+                                                    (12, 4, True), (2, 3, True)])
+def test_device_loader_drop_last_keeps_full_batches_only(n, batch_size, shuffle):
+    loader = tuning.DeviceLoader(*fake_images(n), batch_size, CPU, shuffle=shuffle,
+                                 drop_last=True)
+    sizes = [len(y) for _, y in loader]
+    assert sizes == [batch_size] * (n // batch_size) and len(loader) == n // batch_size
+    kept = epoch_indices(loader)
+    assert len(set(kept)) == len(kept) == n - n % batch_size
+    if not shuffle:  # the last examples are the ones left out
+        assert kept == list(range(n - n % batch_size))
 
 
 def test_device_loader_channels_last():
@@ -180,23 +194,36 @@ def test_misspelt_switches_name_the_choices():
 
 
 def test_cuda_only_flags_warn_on_cpu_and_are_restored():
-    before = torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()
+    before = torch.backends.cudnn.benchmark, tuning.matmul_precision()
     with pytest.warns(UserWarning, match="cudnn_benchmark=True needs a CUDA GPU"), \
             pytest.warns(UserWarning, match="tf32=True needs a CUDA GPU"):
         with tuning.backend_flags(CPU, cudnn_benchmark=True, tf32=True):
-            assert torch.get_float32_matmul_precision() == before[1]
-    assert (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()) == before
+            assert tuning.matmul_precision() == before[1]
+    assert (torch.backends.cudnn.benchmark, tuning.matmul_precision()) == before
 
 
 def test_flags_are_restored_when_the_run_fails(monkeypatch):
     monkeypatch.setattr(tuning, "cuda_only", lambda *args, **kwargs: True)
-    before = torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()
+    before = torch.backends.cudnn.benchmark, tuning.matmul_precision()
     with pytest.raises(RuntimeError, match="boom"):
         with tuning.backend_flags(CPU, cudnn_benchmark=True, tf32=True):
             assert torch.backends.cudnn.benchmark
-            assert torch.get_float32_matmul_precision() == "high"
+            assert tuning.matmul_precision() in ("tf32", "high")
             raise RuntimeError("boom")
-    assert (torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision()) == before
+    assert (torch.backends.cudnn.benchmark, tuning.matmul_precision()) == before
+
+
+def test_tf32_uses_one_api_only(monkeypatch):
+    """PyTorch 2.9+ sets TF32 with ``fp32_precision``; reading the old getter after mixing
+    the two APIs raises, so the flags must not touch set_float32_matmul_precision there."""
+    if not tuning.new_tf32_api():
+        pytest.skip("this PyTorch predates torch.backends.cuda.matmul.fp32_precision")
+    monkeypatch.setattr(tuning, "cuda_only", lambda *args, **kwargs: True)
+    monkeypatch.setattr(torch, "set_float32_matmul_precision",
+                        lambda *a: pytest.fail("the old API was used"))
+    with tuning.backend_flags(CPU, cudnn_benchmark=False, tf32=True):
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    assert torch.get_float32_matmul_precision() == "highest"  # no mixed state
 
 
 def test_reduce_overhead_on_cpu_warns_and_compiles_default(monkeypatch):
@@ -265,7 +292,6 @@ SWITCHES = {
     "fp16 + gradient scaler": dict(amp="fp16"),
     "fused SGD, momentum, cosine": dict(fused=True, momentum=0.9, schedule="cosine",
                                         lr=0.05),
-    "compile": dict(compile="default"),
     "LAMB, linear, label smoothing": dict(optimizer="lamb", lr=0.01, schedule="linear",
                                           label_smoothing=0.1),
 }
@@ -282,6 +308,46 @@ def test_runs_with_switches_learn(name):
                            num_epochs=3, num_train=1024, num_test=512, verbose=False, **kwargs)
     assert result.train_loss[-1] < result.train_loss[0]
     assert result.test_acc[-1] > 0.3  # chance is 0.1
+
+
+@pytest.mark.parametrize("data_on_device", [False, True])
+@pytest.mark.parametrize("compile, drop_last, drops", [
+    (None, None, False), ("default", None, True), ("default", False, False), (None, True, True)])
+def test_training_loaders_drop_the_last_batch_under_compile(fmnist_dir, data_on_device, compile,
+                                                           drop_last, drops):
+    """100 images in batches of 32: three full batches and one of 4, which a compiled model
+    would see as a new shape. The test loader always keeps every example."""
+    cfg = d2l_torch._Config(32, 0.1, 1, 0.0, 100, 50, 0, None, False, 0, 60.0,
+                            data_on_device=data_on_device, compile=compile, drop_last=drop_last)
+    train_iter, test_iter = d2l_torch._loaders(0, 1, CPU, cfg, torch.contiguous_format)
+    assert [len(y) for _, y in train_iter] == ([32] * 3 if drops else [32] * 3 + [4])
+    assert len(train_iter) == (3 if drops else 4)
+    assert sum(len(y) for _, y in test_iter) == 50
+
+
+def test_compiled_training_sees_one_batch_shape(fmnist_dir):
+    """Under compile the last partial batch is left out: one graph, no recompilation, and
+    the epoch trains on the full batches only (960 of 1,000 images)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warnings on a CPU
+        result = d2l.train(tiny_torch_cnn(), [d2l.cpu()], batch_size=64, lr=0.5, num_epochs=3,
+                           num_train=1000, num_test=512, compile="default", verbose=False)
+    assert counters["stats"]["unique_graphs"] == 1
+    seen = [round(s * ips) for s, ips in zip(result.epoch_seconds, result.images_per_second)]
+    assert seen == [960] * 3
+    assert result.train_loss[-1] < result.train_loss[0]
+    assert result.test_acc[-1] > 0.3  # chance is 0.1
+
+
+def test_drop_last_with_too_few_examples_is_a_clear_error(fmnist_dir):
+    with pytest.raises(ValueError, match="no full batch of 64"):
+        d2l.train(linear_torch_net(), [d2l.cpu()], 64, 0.1, 1, num_train=50, num_test=50,
+                  drop_last=True, verbose=False)
 
 
 def test_data_on_device_one_step_is_the_full_batch_step(fmnist_dir):
