@@ -20,6 +20,7 @@ from d2l_ext.utils import (
     TrainProgress,
     TrainResult,
     check_split,
+    label,
     message,
 )
 from d2l_ext.utils import measure as _measure
@@ -44,7 +45,7 @@ npx.set_np()
 __all__ = [
     "Accumulator", "Animator", "Benchmark", "Timer", "TrainResult", "Residual", "accuracy",
     "cpu", "evaluate_accuracy_gpu", "evaluate_accuracy_gpus", "get_dataloader_workers", "gpu",
-    "load_data_fashion_mnist", "measure", "message", "num_gpus", "resnet18", "sgd",
+    "label", "load_data_fashion_mnist", "measure", "message", "num_gpus", "resnet18", "sgd",
     "split_batch", "synchronize", "Timing", "train", "try_all_devices", "try_all_gpus", "try_gpu",
 ]
 

@@ -31,6 +31,7 @@ from d2l_ext.utils import (
     TrainProgress,
     TrainResult,
     check_split,
+    label,
     message,
 )
 from d2l_ext.utils import measure as _measure
@@ -39,7 +40,7 @@ __all__ = [
     "Accumulator", "Animator", "Benchmark", "DeviceLoader", "LAMB", "Timer", "TrainResult",
     "Residual",
     "accuracy", "cpu", "evaluate_accuracy_gpu", "get_dataloader_workers", "gpu",
-    "load_data_fashion_mnist", "measure", "message", "num_gpus", "resnet18", "sgd",
+    "label", "load_data_fashion_mnist", "measure", "message", "num_gpus", "resnet18", "sgd",
     "split_batch", "synchronize", "Timing", "train", "try_all_devices", "try_all_gpus",
     "try_gpu",
 ]

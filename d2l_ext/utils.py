@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -11,6 +10,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from d2l_ext.i18n import (  # noqa: F401 - some are re-exported
+    LANGUAGES,
+    Text,
+    display_width,
+    figure_metadata,
+    label,
+    message,
+    pad,
+    reader_language,
+    record,
+)
 
 
 class Timer:
@@ -154,25 +165,6 @@ def check_split(num_x: int, num_y: int, num_devices: int) -> None:
                          "use a batch with at least as many examples as devices.")
 
 
-LANGUAGES = ("en", "zh")
-
-
-def reader_language() -> str:
-    """The language of the book edition a notebook belongs to: ``en`` or ``zh``.
-
-    Each notebook's first cell sets ``D2L_LANG``; outside the book's notebooks it is ``en``.
-    """
-    lang = os.environ.get("D2L_LANG", "en")
-    return lang if lang in LANGUAGES else "en"
-
-
-def message(en: str, zh: str) -> str:
-    """``en`` or ``zh``, whichever is the reader's language (:func:`reader_language`).
-
-    The check cells of the exercises answer with it, so that one code cell serves both
-    editions of the book.
-    """
-    return zh if reader_language() == "zh" else en
 
 
 def in_notebook() -> bool:
@@ -256,10 +248,11 @@ class Animator:
         from IPython.display import SVG, display
 
         image = SVG(self.svg())
+        metadata = figure_metadata(self.fig, None, "svg")  # a Chinese copy, when captured
         if self._display is None:
-            self._display = display(image, display_id=True)
+            self._display = display(image, display_id=True, metadata=metadata)
         else:
-            self._display.update(image)
+            self._display.update(image, metadata=metadata)
 
 
 @dataclass
@@ -303,8 +296,11 @@ class TrainProgress:
 
     def __init__(self, result: TrainResult, num_epochs: int, verbose: bool = True) -> None:
         self.result, self.verbose = result, verbose
-        self.animator = (Animator(xlabel="epoch", xlim=[0, num_epochs], ylim=[0, 1],
-                                  legend=["train loss", "train acc", "test acc"])
+        self.animator = (Animator(xlabel=label(en="epoch", zh="轮次"), xlim=[0, num_epochs],
+                                  ylim=[0, 1],
+                                  legend=[label(en="train loss", zh="训练损失"),
+                                          label(en="train acc", zh="训练准确率"),
+                                          label(en="test acc", zh="测试准确率")])
                          if verbose and in_notebook() else None)
 
     def batch(self, epoch: float, loss: float, train_acc: float) -> None:
@@ -337,12 +333,31 @@ class TrainProgress:
 def text_table(columns: Sequence[str], rows: Sequence[Sequence], formats: Sequence[str],
                left: int = 0) -> str:
     """The rows as a text table, each column with its format; the first ``left`` columns
-    aligned left, the others right."""
-    text = [[format(v, f) for v, f in zip(row, formats)] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in text)) for i, c in enumerate(columns)]
+    aligned left, the others right. Widths count a Chinese character as two columns.
+
+    Headers and cells made with :func:`message` (:class:`d2l_ext.i18n.Text`) are in the
+    reader's language; while the book captures a run, the table in the other language is
+    recorded too (aligned for its own widths: a table cannot be translated word by word).
+    """
+    table = _table(columns, rows, formats, left, None)
+    if any(isinstance(v, Text) for v in [*columns, *(v for row in rows for v in row)]):
+        record(_table(columns, rows, formats, left, "en"), _table(columns, rows, formats,
+                                                                   left, "zh"))
+    return table
+
+
+def _table(columns, rows, formats, left: int, lang: str | None) -> str:
+    def shown(value, fmt: str = "") -> str:
+        if isinstance(value, Text) and lang is not None:
+            value = value.zh if lang == "zh" else value.en
+        return format(value, fmt)
+
+    heads = [shown(c) for c in columns]
+    text = [[shown(v, f) for v, f in zip(row, formats)] for row in rows]
+    widths = [max(display_width(heads[i]), *(display_width(r[i]) for r in text))
+              for i in range(len(heads))]
 
     def line(cells) -> str:
-        return "  ".join(c.ljust(w) if i < left else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(pad(c, w, i < left) for i, (c, w) in enumerate(zip(cells, widths)))
 
-    return "\n".join([line(columns)] + [line(r) for r in text])
+    return "\n".join([line(heads)] + [line(r) for r in text])

