@@ -20,6 +20,7 @@ from d2l_ext.utils import (
     TrainProgress,
     TrainResult,
     check_split,
+    check_train_args,
     label,
     message,
 )
@@ -234,6 +235,12 @@ def sgd(params, lr: float, batch_size: int) -> None:
         param[:] = param - lr * param.grad / batch_size
 
 
+def default_kvstore(devices: Sequence[mx.Context]) -> str:
+    """Where ``gluon.Trainer`` sums the gradients by default: ``"device"`` (on the GPUs)
+    when every device is a GPU, else ``"local"`` (on the CPU)."""
+    return "device" if all(d.device_type == "gpu" for d in devices) else "local"
+
+
 def train(net: nn.Block, devices: Sequence[mx.Context], batch_size: int, lr: float,
           num_epochs: int = 10, *, warmup_epochs: float = 1.0,
           num_train: int | None = None, num_test: int | None = None,
@@ -264,11 +271,18 @@ def train(net: nn.Block, devices: Sequence[mx.Context], batch_size: int, lr: flo
     Returns per-epoch loss, accuracies, seconds and images per second; in a
     notebook the curves are drawn live.
     """
-    devices = list(devices)
+    devices = [devices] if isinstance(devices, mx.Context) else list(devices)
     if not devices:
         raise ValueError("devices is empty; pass at least one device, e.g. [d2l.try_gpu()].")
+    check_train_args(batch_size=batch_size, lr=lr, num_epochs=num_epochs,
+                      warmup_epochs=warmup_epochs, num_train=num_train, num_test=num_test,
+                      num_workers=num_workers)
     if batch_size < len(devices):
         raise ValueError(f"batch_size {batch_size} is smaller than the {len(devices)} devices.")
+    if batch_size % len(devices):
+        raise ValueError(f"batch_size {batch_size} is not a multiple of the {len(devices)} "
+                         "devices: each device would get a different share of every batch; "
+                         f"use e.g. {batch_size - batch_size % len(devices)}.")
     mx.random.seed(seed)
     numpy.random.seed(seed)
     net.initialize(init=init.Xavier(), ctx=devices, force_reinit=True)
@@ -278,8 +292,7 @@ def train(net: nn.Block, devices: Sequence[mx.Context], batch_size: int, lr: flo
                              "plain Block. Build the network from nn.HybridSequential and "
                              "HybridBlocks (as d2l.resnet18 does).")
         net.hybridize(static_alloc=True, static_shape=True)
-    if kvstore is None:
-        kvstore = "device" if all(d.device_type == "gpu" for d in devices) else "local"
+    kvstore = default_kvstore(devices) if kvstore is None else kvstore
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": lr}, kvstore=kvstore)
     train_iter, test_iter = load_data_fashion_mnist(
         batch_size, root=root, num_workers=num_workers, pin_memory=pin_memory,

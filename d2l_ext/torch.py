@@ -31,6 +31,7 @@ from d2l_ext.utils import (
     TrainProgress,
     TrainResult,
     check_split,
+    check_train_args,
     label,
     message,
 )
@@ -88,6 +89,45 @@ def try_all_devices(min_count: int = 2) -> list[torch.device]:
     return gpus if len(gpus) >= min_count else [cpu()] * min_count
 
 
+def as_device(device: torch.device | str | int) -> torch.device:
+    """``device`` as a ``torch.device`` with an index for CUDA: ``"cuda"`` is the current
+    GPU (``cuda:0`` unless ``torch.cuda.set_device`` chose another), an int a GPU index.
+
+    A CUDA device on a machine without CUDA, or past the last GPU, raises a ``ValueError``
+    that says what there is (torch itself would fail later, deep inside).
+    """
+    if isinstance(device, int):
+        device = gpu(device)
+    device = torch.device(device)
+    if device.type != "cuda":
+        return device
+    count = num_gpus()
+    if count == 0:
+        raise ValueError(f"{device} was asked for, but this machine has no CUDA GPU that "
+                         f"PyTorch {torch.__version__} can use: pass d2l.try_gpu() (a GPU if "
+                         "there is one, else the CPU) or d2l.cpu().")
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if not 0 <= index < count:
+        raise ValueError(f"{device} was asked for, but there are {count} GPUs "
+                         f"(cuda:0 to cuda:{count - 1}).")
+    return torch.device("cuda", index)
+
+
+def as_devices(devices) -> list[torch.device]:
+    """A list of devices (:func:`as_device`), from a list or from a single device or name."""
+    if isinstance(devices, (str, int, torch.device)):
+        devices = [devices]
+    devices = [as_device(d) for d in devices]
+    if not devices:
+        raise ValueError("devices is empty; pass at least one device, e.g. [d2l.try_gpu()].")
+    return devices
+
+
+def process_group_backend(device: torch.device) -> str:
+    """The ``torch.distributed`` backend for ranks on ``device``: NCCL on GPUs, else gloo."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
 # ---------------------------------------------------------------- splitting
 def split_batch(X: torch.Tensor, y: torch.Tensor,
                 devices: Sequence[torch.device]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -96,6 +136,7 @@ def split_batch(X: torch.Tensor, y: torch.Tensor,
     Shard sizes differ by at most one. Unlike d2l (``nn.parallel.scatter``)
     this also works for CPU devices.
     """
+    devices = as_devices(devices)
     check_split(X.shape[0], y.shape[0], len(devices))
     return ([x.to(d) for x, d in zip(torch.tensor_split(X, len(devices)), devices)],
             [t.to(d) for t, d in zip(torch.tensor_split(y, len(devices)), devices)])
@@ -286,6 +327,29 @@ class _Config:
     def drops_last(self) -> bool:
         return self.compile is not None if self.drop_last is None else self.drop_last
 
+    def pins_memory(self, device: torch.device) -> bool:
+        """Whether the loaders pin their batches: ``pin_memory`` as given, by default on
+        CUDA (it only helps copies to a GPU), never on a CPU (with a warning if asked)."""
+        pin = device.type == "cuda" if self.pin_memory is None else self.pin_memory
+        return pin and tuning.cuda_only("pin_memory=True", device)
+
+    def cuda_graphs(self, device: torch.device) -> bool:
+        """Whether the compiled model replays CUDA graphs (``compile="reduce-overhead"``
+        on a GPU), so that each step must be marked (``cudagraph_mark_step_begin``)."""
+        return self.compile == "reduce-overhead" and device.type == "cuda"
+
+    def syncs_batchnorm(self, device: torch.device, world_size: int) -> bool:
+        """Whether BatchNorm is converted to SyncBatchNorm: asked for, several ranks, and a
+        GPU (SyncBatchNorm refuses CPU tensors: warn, keep per-rank statistics)."""
+        return (self.sync_bn and world_size > 1 and tuning.cuda_only(
+            "sync_bn=True", device, "keeps each process's own BatchNorm statistics"))
+
+
+def ddp_device_ids(device: torch.device) -> list[torch.device] | None:
+    """``DistributedDataParallel``'s ``device_ids`` for a rank on ``device``: the GPU it
+    runs on, ``None`` for CPU ranks (DDP refuses device ids for them)."""
+    return [device] if device.type == "cuda" else None
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -356,10 +420,7 @@ def _loaders(rank: int, world_size: int, device: torch.device, cfg: _Config,
     test_set = FashionMNIST(False, None, cfg.root, cfg.num_test)
     sampler = (data.distributed.DistributedSampler(train_set, world_size, rank, seed=cfg.seed)
                if world_size > 1 else data.RandomSampler(train_set))
-    pin_memory = device.type == "cuda" if cfg.pin_memory is None else cfg.pin_memory
-    if pin_memory and not tuning.cuda_only("pin_memory=True", device):
-        pin_memory = False
-    options = dict(num_workers=cfg.num_workers, pin_memory=pin_memory,
+    options = dict(num_workers=cfg.num_workers, pin_memory=cfg.pins_memory(device),
                    persistent_workers=cfg.persistent_workers and cfg.num_workers > 0)
     train_iter = data.DataLoader(train_set, per_rank, sampler=sampler, drop_last=drop_last,
                                  **options)
@@ -388,15 +449,14 @@ def _train_loop(rank: int, world_size: int, net: nn.Module, device: torch.device
     torch.manual_seed(cfg.seed)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    if cfg.sync_bn and world_size > 1:
+    if cfg.syncs_batchnorm(device, world_size):
         net = nn.SyncBatchNorm.convert_sync_batchnorm(net)
     memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
     net = net.to(device, memory_format=memory_format)
-    model = (nn.parallel.DistributedDataParallel(net, device_ids=[device] if device.type == "cuda"
-                                                 else None)
+    model = (nn.parallel.DistributedDataParallel(net, device_ids=ddp_device_ids(device))
              if world_size > 1 else net)
     model = tuning.compile_model(model, cfg.compile, device)
-    cuda_graphs = cfg.compile == "reduce-overhead" and device.type == "cuda"
+    cuda_graphs = cfg.cuda_graphs(device)
     train_iter, test_iter = _loaders(rank, world_size, device, cfg, memory_format)
     num_batches = len(train_iter)
     if num_batches == 0:
@@ -464,7 +524,7 @@ def _spawned_rank(rank: int, world_size: int, net_bytes: bytes, devices: list[to
     # Each rank unpickles its own copy: passing the module itself would put its CPU
     # tensors in shared memory, and all CPU ranks would then train one set of weights.
     net = torch.load(io.BytesIO(net_bytes), map_location="cpu", weights_only=False)
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = process_group_backend(device)
     if device.type == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}",
@@ -575,9 +635,10 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
     Returns per-epoch loss, accuracies, seconds and images per second; in a
     notebook the curves are drawn live.
     """
-    devices = [torch.device(d) for d in devices]
-    if not devices:
-        raise ValueError("devices is empty; pass at least one device, e.g. [d2l.try_gpu()].")
+    devices = as_devices(devices)
+    check_train_args(batch_size=batch_size, lr=lr, num_epochs=num_epochs,
+                     warmup_epochs=warmup_epochs, num_train=num_train, num_test=num_test,
+                     label_smoothing=label_smoothing, num_workers=num_workers)
     if batch_size < len(devices):
         raise ValueError(f"batch_size {batch_size} is smaller than the {len(devices)} devices.")
     if batch_size % len(devices):
@@ -608,7 +669,7 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
         world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
         device = devices[int(os.environ["LOCAL_RANK"]) % len(devices)]
         if world_size > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+            dist.init_process_group(process_group_backend(device),
                                     timeout=datetime.timedelta(seconds=timeout))
         _train_rank(rank, world_size, net, device, cfg,
                     report if rank == 0 else lambda *msg: None)

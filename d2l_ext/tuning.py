@@ -15,6 +15,8 @@ What needs a CUDA GPU, and what happens on a CPU instead:
 ``tf32``               a warning; no effect (TensorFloat-32 is a GPU format)
 ``compile=            a warning; compiled as ``"default"`` (CUDA graphs need CUDA)
 "reduce-overhead"``
+``sync_bn``            a warning; each process keeps its own BatchNorm statistics
+                       (``nn.SyncBatchNorm`` refuses CPU tensors)
 =====================  ========================================================
 
 ``amp="bf16"``, ``amp="fp16"`` (with its gradient scaler), ``channels_last``,

@@ -167,6 +167,25 @@ def check_split(num_x: int, num_y: int, num_devices: int) -> None:
 
 
 
+def check_train_args(**args: Any) -> None:
+    """Raise a ``ValueError`` naming the argument of a ``train`` function that is out of
+    range, in the calling process (before any rank or device starts): ``batch_size``,
+    ``lr``, ``num_epochs``, ``num_train`` and ``num_test`` (None: all) must be positive,
+    ``warmup_epochs`` and ``num_workers`` 0 or more, ``label_smoothing`` in [0, 1)."""
+    for name in ("batch_size", "lr", "num_epochs", "num_train", "num_test"):
+        value = args.get(name)
+        if value is not None and not value > 0:
+            raise ValueError(f"{name}={value!r}: it must be positive"
+                             + (" (or None: all examples)." if name.startswith("num_t")
+                                else "."))
+    for name in ("warmup_epochs", "num_workers"):
+        if args.get(name, 0) < 0:
+            raise ValueError(f"{name}={args[name]!r}: it must be 0 or more.")
+    smoothing = args.get("label_smoothing", 0.0)
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"label_smoothing={smoothing!r}: it must be in [0, 1).")
+
+
 def in_notebook() -> bool:
     """Whether the code runs in a Jupyter kernel (not a script or terminal IPython)."""
     ipython = sys.modules.get("IPython")

@@ -332,3 +332,25 @@ def test_measure_waits_for_the_engine(d2l):
     d2l.synchronize()
     timing = d2l.measure(lambda: [np.dot(a, a) for _ in range(20)], repeats=2)
     assert timing.min > 3 * issue_seconds  # the time of the work, not of queuing it
+
+
+# ---------------------------------------------------------------- devices and arguments
+def test_default_kvstore_sums_on_the_gpus_only_when_all_are_gpus(d2l):
+    import mxnet as mx
+
+    assert d2l.default_kvstore([mx.gpu(0), mx.gpu(1)]) == "device"  # plain values: no GPU used
+    assert d2l.default_kvstore([mx.cpu(0), mx.gpu(0)]) == "local"
+    assert d2l.default_kvstore([mx.cpu(0), mx.cpu(1)]) == "local"
+
+
+@pytest.mark.parametrize("bad, named", [
+    (dict(lr=-0.1), "lr=-0.1"), (dict(num_epochs=0), "num_epochs=0"),
+    (dict(warmup_epochs=-1.0), "warmup_epochs=-1.0"), (dict(num_test=0), "num_test=0"),
+    (dict(batch_size=33), "not a multiple of the 2 devices"),
+])
+def test_bad_train_arguments_are_named(d2l, bad, named):
+    import re
+
+    args = dict(batch_size=32, lr=0.1, num_epochs=1) | bad
+    with pytest.raises(ValueError, match=re.escape(named)):
+        d2l.train(tiny_mxnet_cnn(), [d2l.cpu(0), d2l.cpu(1)], **args)

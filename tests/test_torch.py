@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import re
+import time
 
 import numpy as np
 import pytest
@@ -255,11 +257,13 @@ def train_on_two_cpu_processes(net: nn.Module, **kwargs) -> tuple[nn.Module, Tra
 
 
 def test_train_two_processes(fmnist_dir):
-    """Two gloo processes on the CPU; the parent's net gets rank 0's trained weights."""
+    """Two gloo processes on the CPU; the parent's net gets rank 0's trained weights.
+    sync_bn=True, which SyncBatchNorm refuses on CPU tensors, warns and trains without it."""
     torch.manual_seed(0)
     initial = tiny_torch_cnn()
     net, result = train_on_two_cpu_processes(initial, batch_size=64, lr=LR, num_epochs=1,
-                                             num_train=2000, num_test=500, verbose=False)
+                                             num_train=2000, num_test=500, verbose=False,
+                                             sync_bn=True)
     assert result.devices == ["cpu", "cpu"]
     assert len(result.test_acc) == len(result.epoch_seconds) == 1
     assert result.test_acc[-1] > 0.2
@@ -350,3 +354,65 @@ def test_measure_drains_the_device_of_its_argument(monkeypatch):
     monkeypatch.setattr(d2l, "synchronize", lambda device=None: drained.append(device))
     timing = d2l.measure(lambda: None, "cuda:0", repeats=3, warmup=0)
     assert len(timing.times) == 3 and drained == ["cuda:0"] * 6
+
+
+# ---------------------------------------------------------------- devices and arguments
+def test_device_names_and_indices_are_normalised(monkeypatch):
+    assert d2l.as_device("cpu") == torch.device("cpu")
+    assert d2l.as_devices("cpu") == [torch.device("cpu")]  # one name, not 'c', 'p', 'u'
+    monkeypatch.setattr(d2l, "num_gpus", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert d2l.as_device("cuda") == torch.device("cuda", 1)  # the current GPU
+    assert d2l.as_device(torch.device("cuda")) == torch.device("cuda", 1)
+    assert d2l.as_device(0) == torch.device("cuda", 0)
+    assert d2l.as_devices(["cuda:0", "cuda"]) == [torch.device("cuda", 0),
+                                                  torch.device("cuda", 1)]
+    with pytest.raises(ValueError, match="there are 2 GPUs"):
+        d2l.as_device("cuda:2")
+    with pytest.raises(ValueError, match="empty"):
+        d2l.as_devices([])
+
+
+def test_a_gpu_on_a_machine_without_one_says_what_to_do(monkeypatch):
+    monkeypatch.setattr(d2l, "num_gpus", lambda: 0)
+    with pytest.raises(ValueError, match=r"no CUDA GPU.*d2l.try_gpu\(\)"):
+        d2l.as_device("cuda")
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        d2l.train(tiny_torch_cnn(), ["cuda"], batch_size=8, lr=0.1, num_epochs=1)
+
+
+@pytest.mark.parametrize("bad, named", [
+    (dict(lr=0.0), "lr=0.0"), (dict(lr=-0.1), "lr=-0.1"), (dict(num_epochs=0), "num_epochs=0"),
+    (dict(warmup_epochs=-1.0), "warmup_epochs=-1.0"), (dict(num_train=0), "num_train=0"),
+    (dict(label_smoothing=1.0), "label_smoothing=1.0"), (dict(num_workers=-2), "num_workers"),
+])
+def test_bad_arguments_are_named_before_any_rank_starts(bad, named):
+    """On two devices too: the check runs in the parent, at once (no spawned traceback)."""
+    args = dict(batch_size=8, lr=0.1, num_epochs=1) | bad
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=re.escape(named)):
+        d2l.train(tiny_torch_cnn(), [d2l.cpu(), d2l.cpu()], **args)
+    assert time.perf_counter() - start < 2
+
+
+def test_device_decisions_for_gpus_and_cpus():
+    """The choices train makes from a device, checked with devices as plain values."""
+    from d2l_ext.torch import _Config
+
+    cuda, cpu = torch.device("cuda", 1), torch.device("cpu")
+    assert d2l.process_group_backend(cuda) == "nccl"
+    assert d2l.process_group_backend(cpu) == "gloo"
+    assert d2l.ddp_device_ids(cuda) == [cuda] and d2l.ddp_device_ids(cpu) is None
+    cfg = _Config(batch_size=8, lr=0.1, num_epochs=1, warmup_epochs=0.0, num_train=None,
+                  num_test=None, num_workers=0, root=None, sync_bn=True, seed=0, timeout=9.0)
+    assert cfg.pins_memory(cuda) and not cfg.pins_memory(cpu)  # default: pin for GPUs only
+    assert cfg.syncs_batchnorm(cuda, 2) and not cfg.syncs_batchnorm(cuda, 1)
+    with pytest.warns(UserWarning, match="sync_bn=True needs a CUDA GPU"):
+        assert not cfg.syncs_batchnorm(cpu, 2)
+    cfg.pin_memory = True
+    with pytest.warns(UserWarning, match="pin_memory=True needs a CUDA GPU"):
+        assert not cfg.pins_memory(cpu)
+    cfg.compile = "reduce-overhead"
+    assert cfg.cuda_graphs(cuda) and not cfg.cuda_graphs(cpu)
+    cfg.compile = "default"
+    assert not cfg.cuda_graphs(cuda)
