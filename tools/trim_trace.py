@@ -2,11 +2,12 @@
 
     python tools/trim_trace.py IN.json.gz OUT.json.gz --steps 7 8
 
-The book ships real GPU traces recorded by others (``d2l_ext/data/gpu_traces``); some are large. This
-keeps every top-level field, every metadata event (process and thread names) and every event
-that starts inside the span of the ``ProfilerStep#N`` annotations named by ``--steps`` (from
-the start of the first to the end of the last), device events included; the events outside
-are left out. Nothing is rewritten, so what remains reads as the original does.
+The book ships real GPU traces recorded by others (``d2l_ext/data/gpu_traces``); some are
+large. This keeps every top-level field, every metadata event (process and thread names) and
+every event that starts inside the span of the ``ProfilerStep#N`` annotations named by
+``--steps`` (from the start of the first to the end of the last), device events included;
+the events outside are left out. Nothing is rewritten, so what remains reads as the original
+does.
 """
 
 from __future__ import annotations
