@@ -398,3 +398,18 @@ def test_one_english_run_gives_the_chinese_edition_its_texts_values_and_figures(
         for cell in nb.cells:
             for output in cell.get("outputs", []):
                 assert "d2l_ext" not in output.get("metadata", {})
+
+
+def test_the_chinese_replaces_whole_words_once_longest_first():
+    """A recorded "min" is not replaced inside "deterministic"; the longest recorded text
+    wins where two overlap."""
+    import nbformat
+    from pipeline.execute import cell_key, localized
+
+    cell = nbformat.v4.new_code_cell("print(table)")
+    cell.outputs = [nbformat.v4.new_output(
+        "stream", name="stdout", text="epoch  min  max\ndeterministic: min x\n")]
+    texts = {cell_key(cell.source): [("min", "最小"), ("max", "最大"), ("min x", "x 的最小值")]}
+    zh = localized(cell, "zh", texts)
+    assert zh.outputs[0]["text"] == "epoch  最小  最大\ndeterministic: x 的最小值\n"
+    assert localized(cell, "en", texts).outputs[0]["text"] == cell.outputs[0]["text"]

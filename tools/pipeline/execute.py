@@ -19,6 +19,7 @@ import contextlib
 import copy
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -206,6 +207,26 @@ def execute(name: str, framework: str, smoke: bool = False, timeout: int = 1800)
     return list(written)
 
 
+def _translator(pairs: dict[str, str]):
+    """A function that replaces each English text of ``pairs`` by its Chinese, longest first
+    and never inside a word ("min" is left alone in "deterministic"). One pass per text, so
+    that a Chinese text recorded with an English text inside it (an f-string that cites
+    another message, evaluated while the run spoke English) is completed by a later pass."""
+    def bounded(en: str) -> re.Pattern:
+        before = r"(?<![A-Za-z0-9_])" if re.match(r"[A-Za-z0-9_]", en) else ""
+        after = r"(?![A-Za-z0-9_])" if re.search(r"[A-Za-z0-9_]$", en) else ""
+        return re.compile(before + re.escape(en) + after)
+
+    ordered = [(bounded(en), zh) for en, zh in sorted(pairs.items(), key=lambda p: -len(p[0]))]
+
+    def translate(text: str) -> str:
+        for pattern, zh in ordered:
+            text = pattern.sub(lambda _, zh=zh: zh, text)  # zh taken literally
+        return text
+
+    return translate
+
+
 def localized(cell: nbformat.NotebookNode, lang: str,
               texts: dict[str | None, list[tuple[str, str]]]) -> nbformat.NotebookNode:
     """An executed code cell as the edition in ``lang`` shows it.
@@ -217,13 +238,8 @@ def localized(cell: nbformat.NotebookNode, lang: str,
     The renderings are removed from the metadata of both editions.
     """
     cell = copy.deepcopy(cell)
-    pairs = sorted({*texts.get(cell_key(cell.source), []), *texts.get(None, [])},
-                   key=lambda pair: -len(pair[0]))
-
-    def translate(text: str) -> str:
-        for en, zh in pairs:
-            text = text.replace(en, zh)
-        return text
+    translate = _translator(dict({*texts.get(cell_key(cell.source), []),
+                                  *texts.get(None, [])}))
 
     for output in cell.outputs:
         chinese = output.get("metadata", {}).pop("d2l_ext", {}).get("zh", {})
