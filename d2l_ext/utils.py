@@ -294,11 +294,15 @@ class TrainResult:
         return sum(times) / len(times)
 
     def summary(self) -> str:
+        """One line in the reader's language: accuracy, seconds per epoch, images/s, devices."""
+        on = self.device_names()
         if not self.test_acc:
-            return f"no epochs trained on {self.device_names()}"
+            return message(en=f"no epochs trained on {on}", zh=f"在 {on} 上没有训练任何一轮")
         ips = sum(self.images_per_second) / len(self.images_per_second)
-        return (f"test acc {self.test_acc[-1]:.3f}, {self.sec_per_epoch:.1f} sec/epoch, "
-                f"{ips:.0f} images/sec on {self.device_names()}")
+        acc, sec = self.test_acc[-1], self.sec_per_epoch
+        return message(
+            en=f"test acc {acc:.3f}, {sec:.1f} sec/epoch, {ips:.0f} images/sec on {on}",
+            zh=f"测试准确率 {acc:.3f}，每轮 {sec:.1f} 秒，每秒 {ips:.0f} 张图像，设备：{on}")
 
     def device_names(self) -> str:
         """``"2 x cpu"`` for repeated devices, else the list: ``"cpu(0), cpu(1)"``."""
@@ -339,9 +343,13 @@ class TrainProgress:
         if self.animator is not None:
             self.animator.add(epoch, (loss, train_acc, test_acc))
         elif self.verbose:
-            print(f"epoch {epoch}: loss {loss:.3f}, train acc {train_acc:.3f}, "
-                  f"test acc {test_acc:.3f}, {seconds:.1f} sec, "
-                  f"{images_per_second:.0f} images/sec", flush=True)
+            ips = images_per_second
+            print(message(
+                en=f"epoch {epoch}: loss {loss:.3f}, train acc {train_acc:.3f}, "
+                   f"test acc {test_acc:.3f}, {seconds:.1f} sec, {ips:.0f} images/sec",
+                zh=f"第 {epoch} 轮：损失 {loss:.3f}，训练准确率 {train_acc:.3f}，"
+                   f"测试准确率 {test_acc:.3f}，{seconds:.1f} 秒，每秒 {ips:.0f} 张图像"),
+                flush=True)
 
     def done(self) -> TrainResult:
         if self.verbose:

@@ -171,7 +171,7 @@ class FakeHandle:
     def __init__(self) -> None:
         self.updates: list = []
 
-    def update(self, obj) -> None:
+    def update(self, obj, metadata=None) -> None:
         self.updates.append(obj)
 
 
@@ -198,7 +198,7 @@ def fake_notebook(monkeypatch):
         monkeypatch.setitem(sys.modules, "IPython.display", IPython.display)
     shown = types.SimpleNamespace(calls=[], handle=FakeHandle())
 
-    def display(obj, display_id=None):
+    def display(obj, display_id=None, metadata=None):
         shown.calls.append((obj, display_id))
         return shown.handle
 
@@ -248,6 +248,20 @@ def test_summary():
                          images_per_second=[1000.0, 2000.0])
     assert result.summary() == ("test acc 0.750, 3.0 sec/epoch, 1500 images/sec "
                                 "on cuda:0, cuda:1")
+    assert result.summary().zh == ("测试准确率 0.750，每轮 3.0 秒，每秒 1500 张图像，"
+                                   "设备：cuda:0, cuda:1")
+
+
+def test_train_progress_speaks_the_reader_language(monkeypatch, capsys):
+    monkeypatch.setenv("D2L_LANG", "zh")
+    result = make_result()
+    progress = TrainProgress(result, num_epochs=1)
+    progress.epoch(1, 1.5, 0.4, 0.5, 10.0, 6000.0)
+    progress.done()
+    assert capsys.readouterr().out.splitlines() == [
+        "第 1 轮：损失 1.500，训练准确率 0.400，测试准确率 0.500，10.0 秒，每秒 6000 张图像",
+        "测试准确率 0.500，每轮 10.0 秒，每秒 6000 张图像，设备：cuda:0, cuda:1",
+    ]
 
 
 def test_device_names_count_repeated_stand_ins():
