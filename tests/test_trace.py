@@ -1,6 +1,8 @@
 """d2l_ext.trace: Chrome trace files read into events and drawn as a timeline."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -42,6 +44,11 @@ def test_a_file_that_is_not_a_trace_says_what_to_do(tmp_path):
         trace.load_trace(path)
 
 
+def bar_texts(ax):
+    """The texts drawn on a timeline's bars and rows, not the rows' names."""
+    return [t for t in ax.texts if t.get_text() not in trace.row_names(ax)]
+
+
 def test_plot_rows_window_and_labels(tmp_path):
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")
@@ -50,8 +57,8 @@ def test_plot_rows_window_and_labels(tmp_path):
               trace.Event("kernel", "GPU stream 7", 200, 700),
               trace.Event("a name far longer than its bar", "GPU stream 7", 920, 60)]
     ax = trace.plot_timeline(events, min_duration_us=10)
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["CPU thread 1", "GPU stream 7"]
-    assert {t.get_text() for t in ax.texts} == {"long op", "kernel"}
+    assert trace.row_names(ax) == ["CPU thread 1", "GPU stream 7"]
+    assert {t.get_text() for t in bar_texts(ax)} == {"long op", "kernel"}
     assert ax.get_xlim() == (0.0, 1.0)  # milliseconds
     with pytest.raises(ValueError, match="no events"):
         trace.plot_timeline(events, start_us=5000)
@@ -74,7 +81,7 @@ def test_plot_marks_empty_rows_and_keeps_short_events_visible():
     assert widths[0] == pytest.approx(0.002 * 10)  # 1 us drawn as 0.2 % of a 10 ms window
     plt.close("all")
     ax = trace.plot_timeline(events, tracks=["device"], start_us=0, end_us=10_000)
-    assert [t.get_text() for t in ax.texts] == ["no events"]  # a window with nothing in it
+    assert [t.get_text() for t in bar_texts(ax)] == ["no events"]  # a window with nothing in it
     plt.close("all")
 
 
@@ -152,22 +159,27 @@ def test_a_real_mxnet_trace(tmp_path, numpy_too_new):
     arrays (async, MXNDArrayWaitAll), from a file left open by dump(finished=False)."""
     if numpy_too_new:
         pytest.skip("MXNet 1.9.1 needs numpy < 1.24")
-    mx = pytest.importorskip("mxnet")
-    from mxnet import np, npx
-
-    npx.set_np()
+    pytest.importorskip("mxnet")
     path = tmp_path / "mx.json"
-    mx.profiler.set_config(profile_all=True, aggregate_stats=False, filename=str(path))
-    mx.profiler.set_state("run")
-    task = mx.profiler.Task(mx.profiler.Domain("book"), "my step")
-    task.start()
-    a = np.ones((64, 64))
-    b = np.dot(a, a)
-    b[b > 1].wait_to_read()  # boolean indexing: the host waits for the result's size
-    task.stop()
-    npx.waitall()
-    mx.profiler.set_state("stop")
-    mx.profiler.dump(finished=False)  # the file is left without its closing brackets
+    # MXNet's profiler is one per process, and an earlier test may have used it and dumped
+    # it finished: record in a fresh process
+    script = f"""
+import mxnet as mx
+from mxnet import np, npx
+npx.set_np()
+mx.profiler.set_config(profile_all=True, aggregate_stats=False, filename={str(path)!r})
+mx.profiler.set_state("run")
+task = mx.profiler.Task(mx.profiler.Domain("book"), "my step")
+task.start()
+a = np.ones((64, 64))
+b = np.dot(a, a)
+b[b > 1].wait_to_read()  # boolean indexing: the host waits for the result's size
+task.stop()
+npx.waitall()
+mx.profiler.set_state("stop")
+mx.profiler.dump(finished=False)  # the file is left without its closing brackets
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
     events = trace.load_trace(path)
     names = {e.name for e in events}
     assert {"_np_dot", "_contrib_boolean_mask", "MXNDArrayWaitAll", "my step"} <= names
@@ -193,3 +205,66 @@ def test_a_track_of_none_leaves_the_event_out(tmp_path):
     ])
     events = trace.load_trace(path, track=lambda e: None if "skip" in e["name"] else "row")
     assert [(e.name, e.track, e.duration_us) for e in events] == [("outer", "row", 5.0)]
+
+
+def test_busy_time_counts_overlapping_events_once_within_the_window():
+    events = [trace.Event("a", "s1", 0, 10), trace.Event("b", "s2", 5, 10),  # overlap: 0-15
+              trace.Event("inside b", "s2", 6, 2), trace.Event("c", "s1", 20, 5),  # 20-25
+              trace.Event("empty", "s1", 30, 0)]
+    assert trace.busy_time(events) == 20
+    assert trace.busy_time(list(reversed(events))) == 20  # any order
+    assert trace.busy_time(events, start_us=12) == 3 + 5
+    assert trace.busy_time(events, 12, 22) == 3 + 2
+    assert trace.busy_time(events, end_us=5) == 5
+    assert trace.busy_time(events, 15, 20) == 0 and trace.busy_time([]) == 0
+
+
+@pytest.fixture
+def reader(monkeypatch):
+    """Set the reader's language (no capture)."""
+    monkeypatch.delenv("D2L_CAPTURE", raising=False)
+    return lambda lang: monkeypatch.setenv("D2L_LANG", lang)
+
+
+def test_the_timelines_own_texts_are_in_the_readers_language(reader, monkeypatch):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from d2l_ext import i18n
+
+    events = [trace.Event("step", "host", 0, 10_000)]
+    monkeypatch.setattr(i18n, "cjk_font", lambda: "WenQuanYi Micro Hei")
+    for lang, empty, axis in (("en", "no events", "time (ms)"), ("zh", "无事件", "时间（毫秒）")):
+        reader(lang)
+        ax = trace.plot_timeline(events, tracks=["host", "device"], start_us=0, end_us=10_000)
+        assert empty in [t.get_text() for t in ax.texts] and ax.get_xlabel() == axis
+        plt.close("all")
+    # a run that fills both editions draws English and renders the figure again in Chinese,
+    # the rows' names too (tick labels would come back from their formatter when drawn)
+    reader("en")
+    rows = [i18n.label(en="host: steps", zh="主机：各步"), "device"]
+    ax = trace.plot_timeline(events, tracks=rows, start_us=0, end_us=10_000)
+    with i18n.translated(ax.figure):
+        ax.figure.canvas.draw()
+        assert ax.get_xlabel() == "时间（毫秒）" and "无事件" in [t.get_text() for t in ax.texts]
+        assert trace.row_names(ax) == ["主机：各步", "device"]
+    assert ax.get_xlabel() == "time (ms)" and trace.row_names(ax) == rows
+    plt.close("all")
+
+
+def test_bars_can_carry_a_text_of_their_own_that_must_fit():
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    events = [trace.Event("forward", "host", 0, 5_000), trace.Event("update", "host", 8_000, 1_500)]
+    texts = {"forward": "前向传播", "update": "一个写不下的很长很长的名字"}
+    ax = trace.plot_timeline(events, start_us=0, end_us=10_000, text=lambda e: texts[e.name])
+    # 13 characters would fit the 1.5 ms bar, but they take 26 columns: Chinese is twice as wide
+    assert [t.get_text() for t in bar_texts(ax)] == ["前向传播"]
+    plt.close("all")
+    events[1] = trace.Event("update", "host", 7_000, 3_000)
+    ax = trace.plot_timeline(events, start_us=0, end_us=10_000, text=lambda e: texts[e.name])
+    assert [t.get_text() for t in bar_texts(ax)] == ["前向传播", texts["update"]]
+    plt.close("all")
