@@ -67,3 +67,49 @@ def test_results_are_named_by_benchmark_gpu_and_date():
     assert path == validate.RESULTS / "multi_device-nvidia-h100-80gb-hbm3-2026-11-23.json"
     cpu = validate.result_path(Path("x/speed.py"), dict(machine, gpus=0, gpu=""))
     assert cpu.name == "speed-cpu-2026-11-23.json"
+
+
+def test_validate_goes_on_after_a_failed_chapter_and_reports_it(monkeypatch):
+    """A chapter that fails (a cell error, a timeout, a dead kernel: execute raises BookError
+    for each) is a FAILED row; the other chapters, nbval (at smoke size) and the exit
+    status follow; no chapter runs under a time limit."""
+    calls, runs, lines = [], [], []
+
+    def fake_execute(name, framework, smoke, timeout=1800):
+        calls.append((name, framework, smoke, timeout))
+        if name == "tuning-tips":
+            raise BookError("tuning-tips.md (torch) failed")
+        return []
+
+    def fake_run(cmd, smoke):
+        runs.append((cmd, smoke))
+        return 1.0, 0
+
+    monkeypatch.setattr(validate, "execute", fake_execute)
+    monkeypatch.setattr(validate, "_run", fake_run)
+    status = validate.validate(allow_cpu=True, benchmarks=False, log=lines.append)
+    names = validate.chapter_names()
+    assert [c[0] for c in calls] == names and {c[3] for c in calls} == {None}
+    assert status == 1
+    summary = lines[-1]
+    assert "tuning-tips" in summary and "FAILED" in summary
+    assert [smoke for _, smoke in runs] == [True]  # nbval at smoke size
+    assert sum("FAILED" in line for line in summary.splitlines()) == 1
+    monkeypatch.setattr(validate, "execute", lambda *a, **k: [])
+    assert validate.validate(allow_cpu=True, benchmarks=False, log=lines.append) == 0
+
+
+def test_a_timeout_or_a_dead_kernel_fails_the_chapter_not_the_run(monkeypatch):
+    """nbclient's CellTimeoutError and DeadKernelError become BookError (validate catches
+    those), with nothing written."""
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    from pipeline import execute as execute_module
+
+    for error in (CellTimeoutError("cell ran past 1800 s"), DeadKernelError("kernel died")):
+        def fail(*args, error=error, **kwargs):
+            raise error
+
+        monkeypatch.setattr(execute_module, "run_notebook", fail)
+        with pytest.raises(BookError, match="failed; the committed notebooks are unchanged"):
+            execute_module.execute("async-computation", "torch", smoke=True)

@@ -155,13 +155,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def execute(name: str, framework: str, smoke: bool = False, timeout: int = 1800) -> list[Path]:
+def execute(name: str, framework: str, smoke: bool = False,
+            timeout: int | None = 1800) -> list[Path]:
     """Run chapter ``name`` once for ``framework``; write its notebook in every language.
 
-    Returns the paths written. Raises :class:`BookError` if a cell fails; then nothing
-    is written.
+    Returns the paths written. Raises :class:`BookError` if a cell fails, runs longer than
+    ``timeout`` seconds (``None``: no limit) or kills the kernel; then nothing is written.
     """
-    from nbclient.exceptions import CellExecutionError
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
     versions = editions(name)
     check_same_code(versions)
@@ -185,9 +186,13 @@ def execute(name: str, framework: str, smoke: bool = False, timeout: int = 1800)
     with tempfile.TemporaryDirectory(prefix="d2l-capture-") as capture:
         try:
             run_notebook(nb, smoke, timeout, capture=Path(capture))
-        except CellExecutionError as err:
+        except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
+            # a cell that raised, ran past the timeout, or killed its kernel: this chapter
+            # failed (an interrupt is not caught here: run_notebook raises it as it came)
+            notes = "\n".join(getattr(err, "__notes__", []))
             raise BookError(f"{versions[RUN_LANGUAGE].path.name} ({framework}) failed; "
-                            f"the committed notebooks are unchanged.\n{err}") from err
+                            f"the committed notebooks are unchanged.\n{err}"
+                            + (f"\n{notes}" if notes else "")) from err
         except BaseException as err:  # interrupted, or the kernel died
             err.add_note(f"{name} ({framework}): the run stopped; the committed notebooks "
                          "are unchanged.")
