@@ -351,6 +351,30 @@ def ddp_device_ids(device: torch.device) -> list[torch.device] | None:
     return [device] if device.type == "cuda" else None
 
 
+def process_group_device(device: torch.device) -> torch.device | None:
+    """``init_process_group``'s ``device_id`` for a rank on ``device``: its GPU, which binds
+    the rank's NCCL communicator to it (without it NCCL guesses the device from the current
+    context and warns at the first barrier), ``None`` for CPU ranks."""
+    return device if device.type == "cuda" else None
+
+
+def check_rank_devices(devices: Sequence[torch.device], torchrun: bool = False) -> None:
+    """Refuse, in the parent, device lists that the ranks' process group cannot join:
+    devices of different kinds (one backend serves the group: NCCL for GPUs, gloo for
+    CPUs), or one GPU twice (NCCL allows one rank per GPU; CPU stand-ins may repeat).
+    Under ``torchrun`` (``torchrun=True``) each rank takes ``devices[LOCAL_RANK]``, and the
+    list is not checked for repeats."""
+    if len({d.type for d in devices}) > 1:
+        raise ValueError(f"devices {[str(d) for d in devices]} mix kinds: the ranks form one "
+                         "process group with one backend (NCCL on GPUs, gloo on CPUs); pass "
+                         "only GPUs or only CPUs.")
+    gpus = [d for d in devices if d.type == "cuda"]
+    if not torchrun and len(gpus) != len(set(gpus)):
+        raise ValueError(f"devices {[str(d) for d in devices]} name a GPU twice: NCCL runs one "
+                         "rank per GPU. Pass distinct GPUs (d2l.try_all_gpus()); only CPU "
+                         "stand-ins may repeat.")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -527,9 +551,12 @@ def _spawned_rank(rank: int, world_size: int, net_bytes: bytes, devices: list[to
     backend = process_group_backend(device)
     if device.type == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    else:
+        torch.cuda.set_device(device)  # before the process group, which binds to it
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}",
                             rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=cfg.timeout))
+                            timeout=datetime.timedelta(seconds=cfg.timeout),
+                            device_id=process_group_device(device))
     try:
         net = _train_rank(rank, world_size, net, device, cfg, lambda *msg: queue.put(msg))
         if rank == 0:  # bytes, not tensors: shared-memory tensors die with this process
@@ -619,8 +646,9 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
     * One device: trains in this process.
     * Several devices: one process per device, started here, joined by
       ``torch.distributed`` (NCCL on GPUs, gloo on CPU) and trained with
-      ``DistributedDataParallel``. The same device may appear several times
-      (e.g. ``[cpu(), cpu()]``: two CPU processes, for correctness, not speed).
+      ``DistributedDataParallel``. A CPU may appear several times (e.g.
+      ``[cpu(), cpu()]``: two CPU processes, for correctness, not speed); a GPU may not
+      (NCCL runs one rank per GPU), nor may GPUs and CPUs mix.
       The network's classes must be importable by the new processes (defined
       in a module, not in a notebook cell).
     * Started by ``torchrun``: this process is one rank and trains on
@@ -639,12 +667,16 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
     check_train_args(batch_size=batch_size, lr=lr, num_epochs=num_epochs,
                      warmup_epochs=warmup_epochs, num_train=num_train, num_test=num_test,
                      label_smoothing=label_smoothing, num_workers=num_workers)
-    if batch_size < len(devices):
-        raise ValueError(f"batch_size {batch_size} is smaller than the {len(devices)} devices.")
-    if batch_size % len(devices):
-        raise ValueError(f"batch_size {batch_size} is not a multiple of the {len(devices)} "
-                         "devices; each process loads batch_size // devices examples a step, "
-                         f"so use e.g. {batch_size - batch_size % len(devices)}.")
+    torchrun = _launched_by_torchrun()
+    check_rank_devices(devices, torchrun)
+    ranks = int(os.environ["WORLD_SIZE"]) if torchrun else len(devices)
+    if batch_size < ranks:
+        raise ValueError(f"batch_size {batch_size} is smaller than the {ranks} ranks.")
+    if batch_size % ranks:
+        raise ValueError(f"batch_size {batch_size} is not a multiple of the {ranks} ranks "
+                         "(one per device, or torchrun's WORLD_SIZE); each rank loads "
+                         f"batch_size // ranks examples a step, so use e.g. "
+                         f"{batch_size - batch_size % ranks}.")
     tuning.check_options(amp, compile, schedule)
     if optimizer not in ("sgd", "lamb"):
         raise ValueError(f"optimizer={optimizer!r} is not one of 'sgd', 'lamb'.")
@@ -669,8 +701,11 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
         world_size, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
         device = devices[int(os.environ["LOCAL_RANK"]) % len(devices)]
         if world_size > 1 and not dist.is_initialized():
+            if device.type == "cuda":
+                torch.cuda.set_device(device)
             dist.init_process_group(process_group_backend(device),
-                                    timeout=datetime.timedelta(seconds=timeout))
+                                    timeout=datetime.timedelta(seconds=timeout),
+                                    device_id=process_group_device(device))
         _train_rank(rank, world_size, net, device, cfg,
                     report if rank == 0 else lambda *msg: None)
     elif len(devices) == 1:

@@ -321,7 +321,7 @@ def test_train_batch_smaller_than_devices(monkeypatch):
         raise AssertionError("train() started processes")
 
     monkeypatch.setattr(d2l.mp, "start_processes", start_processes)
-    with pytest.raises(ValueError, match="batch_size 1 is smaller than the 2 devices"):
+    with pytest.raises(ValueError, match="batch_size 1 is smaller than the 2 ranks"):
         d2l.train(tiny_torch_cnn(), [d2l.cpu(), d2l.cpu()], batch_size=1, lr=0.1,
                   num_epochs=1, num_train=10, num_test=10, verbose=False)
 
@@ -334,7 +334,7 @@ def test_import_does_not_import_mxnet(run_python):
 
 
 def test_train_batch_not_a_multiple_of_devices():
-    with pytest.raises(ValueError, match="batch_size 65 is not a multiple of the 2 devices"):
+    with pytest.raises(ValueError, match="batch_size 65 is not a multiple of the 2 ranks"):
         d2l.train(tiny_torch_cnn(), [d2l.cpu(), d2l.cpu()], batch_size=65, lr=0.1,
                   num_epochs=1, num_train=10, num_test=10, verbose=False)
 
@@ -416,3 +416,26 @@ def test_device_decisions_for_gpus_and_cpus():
     assert cfg.cuda_graphs(cuda) and not cfg.cuda_graphs(cpu)
     cfg.compile = "default"
     assert not cfg.cuda_graphs(cuda)
+
+
+def test_rank_devices_one_kind_and_each_gpu_once():
+    """Checked in the parent with devices as plain values: NCCL runs one rank per GPU, one
+    backend serves a group; CPU stand-ins may repeat; torchrun's ranks pick their own."""
+    gpu0, gpu1, cpu = torch.device("cuda", 0), torch.device("cuda", 1), torch.device("cpu")
+    d2l.check_rank_devices([cpu, cpu])
+    d2l.check_rank_devices([gpu0, gpu1])
+    d2l.check_rank_devices([gpu0, gpu0], torchrun=True)
+    with pytest.raises(ValueError, match="name a GPU twice"):
+        d2l.check_rank_devices([gpu0, gpu0])
+    with pytest.raises(ValueError, match="mix kinds"):
+        d2l.check_rank_devices([gpu0, cpu])
+    assert d2l.process_group_device(gpu1) == gpu1
+    assert d2l.process_group_device(cpu) is None
+
+
+def test_under_torchrun_the_batch_is_shared_by_world_size_ranks(monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    with pytest.raises(ValueError, match="batch_size 64 is not a multiple of the 3 ranks"):
+        d2l.train(nn.Linear(1, 1), [d2l.cpu()], 64, 0.1, 1)
