@@ -221,7 +221,8 @@ def evaluate_accuracy_gpus(net: nn.Block, data_iter, split_f=split_batch) -> flo
     devices = list(net.collect_params().values())[0].list_ctx()
     metric = Accumulator(2)
     for features, labels in data_iter:
-        X_shards, y_shards = split_f(features, labels, devices)
+        # a last batch smaller than the device count goes to as many devices as it has rows
+        X_shards, y_shards = split_f(features, labels, devices[:labels.shape[0]])
         pred_shards = [net(X_shard) for X_shard in X_shards]  # run in parallel
         metric.add(sum(accuracy(p, y) for p, y in zip(pred_shards, y_shards)), labels.size)
     return metric[0] / metric[1]
@@ -310,6 +311,8 @@ def train(net: nn.Block, devices: Sequence[mx.Context], batch_size: int, lr: flo
         sums = [np.zeros(2, ctx=d) for d in devices]
         n = 0
         for i, (features, labels) in enumerate(train_iter):
+            if labels.shape[0] < len(devices):
+                continue  # a last batch with fewer examples than devices: left out
             trainer.set_learning_rate(lr * min(1.0, (step + 1) / warmup_steps))
             step += 1
             X_shards, y_shards = split_batch(features, labels, devices)

@@ -354,3 +354,13 @@ def test_bad_train_arguments_are_named(d2l, bad, named):
     args = dict(batch_size=32, lr=0.1, num_epochs=1) | bad
     with pytest.raises(ValueError, match=re.escape(named)):
         d2l.train(tiny_mxnet_cnn(), [d2l.cpu(0), d2l.cpu(1)], **args)
+
+
+def test_a_last_batch_smaller_than_the_devices(d2l, fmnist_dir):
+    """129 training and 65 test images, batches of 64 on two devices: the last batches hold
+    one example. Training leaves that one out (every device needs a share for the summed
+    gradients); the test accuracy counts it, on the one device it fits."""
+    result = d2l.train(tiny_mxnet_cnn(), [d2l.cpu(0), d2l.cpu(1)], batch_size=64, lr=0.5,
+                       num_epochs=1, num_train=129, num_test=65, verbose=False)
+    assert len(result.test_acc) == 1
+    assert round(result.test_acc[0] * 65) == pytest.approx(result.test_acc[0] * 65, abs=1e-6)
