@@ -71,7 +71,9 @@ class Benchmark:
 
     def __exit__(self, *args: Any) -> None:
         self.elapsed = self.timer.stop()
-        print(f"{self.description}: {self.elapsed:.4f} sec")
+        what = self.description
+        print(message(en=f"{getattr(what, 'en', what)}: {self.elapsed:.4f} sec",
+                      zh=f"{getattr(what, 'zh', what)}：{self.elapsed:.4f} 秒"))
 
 
 @dataclass(frozen=True)
@@ -161,8 +163,12 @@ def check_split(num_x: int, num_y: int, num_devices: int) -> None:
     if num_devices == 0:
         raise ValueError("devices is empty; pass at least one device.")
     if num_x < num_devices:
-        raise ValueError(f"cannot split {num_x} examples across {num_devices} devices: "
-                         "use a batch with at least as many examples as devices.")
+        examples = "example" if num_x == 1 else "examples"
+        raise ValueError(message(
+            en=f"cannot split {num_x} {examples} across {num_devices} devices: use a batch "
+               "with at least as many examples as devices.",
+            zh=f"无法把 {num_x} 个样本分到 {num_devices} 个设备上：每个批量的样本数至少要与设备数"
+               "相同。"))
 
 
 

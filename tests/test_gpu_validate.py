@@ -103,7 +103,6 @@ def test_a_timeout_or_a_dead_kernel_fails_the_chapter_not_the_run(monkeypatch):
     """nbclient's CellTimeoutError and DeadKernelError become BookError (validate catches
     those), with nothing written."""
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
     from pipeline import execute as execute_module
 
     for error in (CellTimeoutError("cell ran past 1800 s"), DeadKernelError("kernel died")):

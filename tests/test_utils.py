@@ -77,6 +77,13 @@ def test_benchmark_measures_a_sleep(capsys):
     assert out == f"sleep: {bench.elapsed:.4f} sec\n"
 
 
+def test_benchmark_speaks_the_reader_language(monkeypatch, capsys):
+    monkeypatch.setenv("D2L_LANG", "zh")
+    with Benchmark(utils.message(en="numpy", zh="numpy 版")) as bench:
+        pass
+    assert capsys.readouterr().out == f"numpy 版：{bench.elapsed:.4f} 秒\n"
+
+
 def test_utils_imports_no_framework_and_no_pyplot(run_python):
     """Benchmark cannot synchronise a device, and Animator opens no pyplot window."""
     code = (
