@@ -24,7 +24,7 @@ TEXT = {
         "allreduce": "all-reduce: average the gradients", "update": "same update",
         "compute": "compute", "comm": "communication", "fwd": "forward",
         "bwd": "backward", "bucket": "bucket", "ar": "all-reduce", "opt": "step",
-        "overlap": "DDP: each bucket is all-reduced while backward goes on",
+        "overlap": "DDP: each bucket is all-reduced while backward goes on", "colon": ": ",
     },
     "zh": {
         "frontend": "前端", "backend": "后端", "queue": "操作队列",
@@ -33,17 +33,18 @@ TEXT = {
         "time": "时间", "wait": "print(z)：等待", "const": "2",
         "call": "torch.mm(a, b)", "cpu_tensor": "CPU 张量", "cuda_tensor": "CUDA 张量",
         "inline": "算子在调用线程中执行", "returns_done": "结果算好才返回",
-        "launch": "发射内核", "returns_now": "立即返回",
+        "launch": "发射核函数", "returns_now": "立即返回",
         "stream": "CUDA 流：按发出顺序执行", "device": "GPU",
         "minibatch": "小批量", "shard": "分片", "fwd_bwd": "前向 + 反向",
         "allreduce": "全归约：对梯度求平均", "update": "相同的更新",
         "compute": "计算", "comm": "通信", "fwd": "前向",
         "bwd": "反向", "bucket": "桶", "ar": "全归约", "opt": "更新",
-        "overlap": "DDP：反向传播还在进行时，已算好的梯度桶就开始全归约",
+        "overlap": "DDP：反向传播还在进行时，已算好的梯度桶就开始全归约", "colon": "：",
     },
 }
 
-FONTS = "'Noto Sans','Noto Sans CJK SC','PingFang SC','Microsoft YaHei',sans-serif"
+FONTS = ("'Noto Sans','Noto Sans CJK SC','Source Han Sans SC','PingFang SC','Microsoft YaHei',"
+         "'WenQuanYi Micro Hei',sans-serif")
 STYLE = """<style>
 text{font-family:FONTS;font-size:14px;fill:#222}
 .box{fill:#e8f3f6;stroke:#0a7d91;stroke-width:1.5}
@@ -111,7 +112,7 @@ def data_parallel(t: dict) -> str:
     body = [box(20, 70, 110, 40, t["minibatch"]), arrow(130, 82, 170, 52), arrow(130, 98, 170, 128)]
     for i, y in enumerate((30, 110)):
         body += [box(172, y, 90, 40, f'{t["shard"]} {i + 1}'), arrow(262, y + 20, 292, y + 20),
-                 box(294, y, 170, 40, f'GPU {i}: {t["fwd_bwd"]}', "back", "small"),
+                 box(294, y, 170, 40, f'GPU {i}{t["colon"]}{t["fwd_bwd"]}', "back", "small"),
                  arrow(464, y + 20, 494, 90 if i else 70),
                  arrow(704, 90 if i else 70, 734, y + 20),
                  box(736, y, 120, 40, t["update"], "box", "small")]
@@ -124,7 +125,8 @@ def data_parallel(t: dict) -> str:
              box(110, top + 14, 150, 28, t["fwd"], "box", "small")]
     for j, b in enumerate((3, 2, 1)):
         x = 260 + 130 * j
-        body.append(box(x, top + 14, 130, 28, f'{t["bwd"]}: {t["bucket"]} {b}', "back", "small"))
+        label = f'{t["bwd"]}{t["colon"]}{t["bucket"]} {b}'
+        body.append(box(x, top + 14, 130, 28, label, "back", "small"))
         body.append(box(x + 130, top + 54, 120, 28, f'{t["ar"]} {b}', "box", "small"))
         body.append(arrow(x + 130, top + 42, x + 132, top + 53))
     body += [box(770, top + 14, 80, 28, t["opt"], "box", "small"),
@@ -160,14 +162,19 @@ def timeline(t: dict) -> str:
     return svg(660, 180, "\n".join(body))
 
 
+#: Each diagram: its file name (without ``.svg``) and the function that draws it.
+DIAGRAMS = [("frontend-backend-torch", frontend_backend_torch),
+            ("frontend-backend-mxnet", frontend_backend_mxnet),
+            ("dependency-graph", dependency_graph), ("timeline", timeline),
+            ("data-parallel", data_parallel)]
+
+
 def main() -> None:
+    """Write every diagram in every language into ``chapters/LANG/img``."""
     for lang, t in TEXT.items():
         out = ROOT / "chapters" / lang / "img"
         out.mkdir(parents=True, exist_ok=True)
-        for name, draw in [("frontend-backend-torch", frontend_backend_torch),
-                           ("frontend-backend-mxnet", frontend_backend_mxnet),
-                           ("dependency-graph", dependency_graph), ("timeline", timeline),
-                           ("data-parallel", data_parallel)]:
+        for name, draw in DIAGRAMS:
             (out / f"{name}.svg").write_text(draw(t), encoding="utf-8")
 
 
