@@ -178,6 +178,19 @@ def recorded(folder: Path) -> dict[str | None, list[tuple[str, str]]]:
 def translated(fig) -> Iterator[bool]:
     """Within the block, every text of ``fig`` that is the English of a :func:`label` shows
     its Chinese; afterwards the English is back. Yields whether anything was translated."""
+    from matplotlib.ticker import FuncFormatter
+
+    # tick labels are made again by the axis's formatter at every draw (a bar chart's
+    # category names too): translate what the formatter says
+    formatters = []
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            original = axis.get_major_formatter()
+            if any(t.get_text() in LABELS for t in axis.get_ticklabels()) or _names_labels(
+                    original):
+                formatters.append((axis, original))
+                axis.set_major_formatter(FuncFormatter(
+                    lambda x, pos, f=original: LABELS.get(f(x, pos), f(x, pos))))
     changed = []
     for text in fig.findobj(lambda artist: hasattr(artist, "get_text")
                             and hasattr(artist, "set_text")):
@@ -186,10 +199,18 @@ def translated(fig) -> Iterator[bool]:
             changed.append((text, english))
             text.set_text(LABELS[english])
     try:
-        yield bool(changed)
+        yield bool(changed or formatters)
     finally:
         for text, english in changed:
             text.set_text(english)
+        for axis, original in formatters:
+            axis.set_major_formatter(original)
+
+
+def _names_labels(formatter) -> bool:
+    """Whether a categorical axis's formatter names a category that is a :func:`label`."""
+    names = getattr(formatter, "_units", None) or {}
+    return any(str(name) in LABELS for name in names)
 
 
 def chinese_rendering(fig, fmt: str = "png") -> str | None:

@@ -92,6 +92,22 @@ def test_a_figure_is_translated_only_inside_the_block(lang):
     plt.close(fig)
 
 
+def test_category_names_stay_translated_when_the_figure_is_drawn_again(lang):
+    """A bar chart's category names are tick labels that the axis's formatter makes again
+    at every draw (savefig draws): the Chinese must survive the draw, and go afterwards."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    lang("en")
+    fig, ax = plt.subplots()
+    ax.barh([i18n.label(en="d2l's loop", zh="d2l 的循环"), "plain"], [1.0, 2.0])
+    with i18n.translated(fig) as changed:
+        fig.canvas.draw()
+        assert changed
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["d2l 的循环", "plain"]
+    fig.canvas.draw()
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["d2l's loop", "plain"]
+    plt.close(fig)
+
+
 def test_the_chinese_rendering_differs_from_the_english_one(lang, monkeypatch, tmp_path):
     plt = pytest.importorskip("matplotlib.pyplot")
     if i18n.cjk_font() is None:
