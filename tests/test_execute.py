@@ -17,6 +17,7 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat", reason="the book tools need the full environment")
 pytest.importorskip("nbclient", reason="the book tools need the full environment")
+pytest.importorskip("yaml", reason="the book tools need the full environment")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
