@@ -26,7 +26,10 @@ device: ``torch.nonzero``, ``torch.unique``, and each boolean index ``t[mask]`` 
 a ``nonzero`` of the mask), once in the forward pass for the scores and once for the labels,
 and once more in the backward pass, where the scores' gradient is written back through the
 mask. The Python ``if`` adds none of its own: it tests ``unique(...).numel()``, a host
-integer, and the wait has already happened inside ``unique``.
+integer, and the wait has already happened inside ``unique``. In order, a step of
+``"original"`` synchronises in ``nonzero``, ``unique``, the two boolean indexes and the
+backward pass, as chapter 4 writes it; the fixes remove them from the front, so the first
+wait of a step moves from ``nonzero`` to ``unique`` to the boolean index.
 """
 
 from __future__ import annotations
@@ -84,10 +87,9 @@ class MaskedCrossEntropy(nn.Module):
         else:
             target = torch.where(target == background, self.ignore_value, target)
         if self.variant in ("original", "where"):
+            num_labels = torch.unique(target).numel()  # unique waits; numel() is a host int
             loss = self.boolean_mask_loss(pred, target)
-            if torch.unique(target).numel() < 2:  # unique waits; numel() is a host int
-                loss = 0.0 * loss
-            return loss
+            return 0.0 * loss if num_labels < 2 else loss
         labels = torch.sort(target.flatten()).values
         num_labels = torch.count_nonzero(labels[1:] != labels[:-1]) + 1
         if self.variant == "sort":

@@ -7,6 +7,9 @@ too. Chapter 4 draws the host and device timelines of a training step with it::
     from d2l_ext import trace
     events = trace.load_trace("step.json")
     trace.plot_timeline(events)
+
+The figure's own texts ("time (ms)", "no events") are in the reader's language
+(:func:`d2l_ext.i18n.label`); pass rows and bar texts made with ``label`` to localise the rest.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import os
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from d2l_ext.i18n import display_width, label
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,32 @@ def _unterminated(text: str):
     return None
 
 
+def busy_time(events: Iterable[Event], start_us: float | None = None,
+              end_us: float | None = None) -> float:
+    """The time (microseconds) during which at least one of ``events`` runs, within the window
+    from ``start_us`` to ``end_us`` (default: unbounded).
+
+    Overlapping events count once: the busy time of a device whose streams or worker threads
+    run several operations at a time, not the sum of their durations.
+    """
+    spans = sorted((max(e.start_us, start_us if start_us is not None else e.start_us),
+                    min(e.end_us, end_us if end_us is not None else e.end_us)) for e in events)
+    total, reach = 0.0, float("-inf")
+    for begin, end in spans:
+        if end <= begin or end <= reach:
+            continue
+        total += end - max(begin, reach)
+        reach = end
+    return total
+
+
+def row_names(ax) -> list[str]:
+    """The names of the rows of a timeline drawn by :func:`plot_timeline` on ``ax``, top
+    first."""
+    rows = [t for t in ax.texts if t.get_transform() is ax.get_yaxis_transform()]
+    return [t.get_text() for t in sorted(rows, key=lambda t: t.get_position()[1])]
+
+
 def _color(name: str) -> str:
     """The same color for the same name, on every plot."""
     palette = ["#0a7d91", "#c46a12", "#5b8c2a", "#8c4f9f", "#b8403a", "#3d6bb3", "#a08a1c",
@@ -142,15 +173,17 @@ def _color(name: str) -> str:
 def plot_timeline(events: Iterable[Event], ax=None, tracks: list[str] | None = None,
                   start_us: float | None = None, end_us: float | None = None,
                   min_duration_us: float = 0.0, label_fraction: float = 0.04,
-                  min_width_fraction: float = 0.002):
+                  min_width_fraction: float = 0.002,
+                  text: Callable[[Event], str] | None = None):
     """Draw ``events`` as bars on one row per track, time in milliseconds from ``start_us``.
 
-    ``tracks`` picks and orders the rows (default: every track, host threads first); a
-    chosen row without events in the window says "no events". ``start_us``/``end_us`` cut a
+    ``tracks`` picks and orders the rows (default: every track, host threads first), whose
+    names are written left of the axis (:func:`row_names` reads them back); a chosen row
+    without events in the window says "no events". ``start_us``/``end_us`` cut a
     window; events shorter than ``min_duration_us`` are left out; an event wider than
-    ``label_fraction`` of the window and than its name gets the name written on it, and one
-    narrower than ``min_width_fraction`` of it is drawn that wide, so that short events stay
-    visible.
+    ``label_fraction`` of the window and than its text gets the text written on it (its name,
+    or ``text(event)``), and one narrower than ``min_width_fraction`` of it is drawn that
+    wide, so that short events stay visible.
     Gaps on a device row are time the device waited for the host.
     """
     import matplotlib.pyplot as plt
@@ -182,16 +215,22 @@ def plot_timeline(events: Iterable[Event], ax=None, tracks: list[str] | None = N
             length = min(e.end_us, last) - begin
             bars.setdefault(_color(e.name), []).append(
                 ((begin - origin) / 1000, max(length, min_width_fraction * width) / 1000))
-            if length >= max(label_fraction * width, (len(e.name) + 1) * char_us):
-                ax.text((begin - origin + length / 2) / 1000, row, e.name, ha="center",
+            shown = e.name if text is None else text(e)
+            if length >= max(label_fraction * width, (display_width(shown) + 1) * char_us):
+                ax.text((begin - origin + length / 2) / 1000, row, shown, ha="center",
                         va="center", fontsize=7, color="white", clip_on=True)
         for color, spans in bars.items():
             ax.broken_barh(spans, (row - 0.4, 0.8), facecolors=color, edgecolors="white",
                            linewidth=0.3)
         if not bars:
-            ax.text(0.005 * width / 1000, row, "no events", va="center", fontsize=7,
-                    color="gray", style="italic")
-    ax.set_yticks(range(len(tracks)), tracks)
+            ax.text(0.005 * width / 1000, row, label(en="no events", zh="无事件"),
+                    va="center", fontsize=7, color="gray")
+    # the rows' names are texts, not tick labels: matplotlib redraws tick labels from their
+    # formatter, so a rendering with translated labels (d2l_ext.i18n) could not change them
+    ax.set_yticks(range(len(tracks)), [""] * len(tracks))
+    for row, name in enumerate(tracks):
+        ax.text(-0.01, row, name, transform=ax.get_yaxis_transform(), ha="right",
+                va="center", fontsize=plt.rcParams["ytick.labelsize"])
     ax.set_ylim(len(tracks) - 0.5, -0.5)
-    ax.set_xlabel("time (ms)")
+    ax.set_xlabel(label(en="time (ms)", zh="时间（毫秒）"))
     return ax

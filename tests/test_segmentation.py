@@ -87,18 +87,156 @@ def test_an_unknown_variant_names_the_choices():
         MaskedCrossEntropy("fast")
 
 
-@pytest.mark.parametrize("variant, syncs", [("original", 5), ("where", 4), ("sort", 3),
-                                            ("ignore_index", 0)])
-def test_each_variant_synchronises_as_often_as_documented(variant, syncs):
+ORDER = {  # the syncing operators of a training step, in the order chapter 4's losses run them
+    "original": ["nonzero", "_unique2", "nonzero", "nonzero", "nonzero"],
+    "where": ["_unique2", "nonzero", "nonzero", "nonzero"],
+    "sort": ["nonzero", "nonzero", "nonzero"],
+    "ignore_index": [],
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_each_variant_synchronises_as_often_and_in_the_order_documented(variant):
     """A training step's operators that need a size from the device (nonzero, also inside
-    boolean indexing and its backward; unique), counted in a CPU profile: the same operators
-    wait for the device on a GPU."""
+    boolean indexing and its backward; unique), in a CPU profile: the same operators wait for
+    the device on a GPU. The order is the page's (unique before the boolean masks), so that
+    the first wait of a step moves as chapter 4 says."""
     pred = torch.randn(2, 10, 8, 8, requires_grad=True)
     _, labels = segmentation.random_batch(2, size=8, seed=4)
     loss_fn = MaskedCrossEntropy(variant)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         loss_fn(pred, labels).backward()
-    names = [e.name for e in prof.events()]
-    assert names.count("aten::nonzero") + names.count("aten::_unique2") == syncs
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    names = [e.name.removeprefix("aten::") for e in events
+             if e.name in ("aten::nonzero", "aten::_unique2")]
+    assert names == ORDER[variant]
     row = re.search(rf'^``"{variant}"``.* (\d+)$', segmentation.__doc__, re.M)
-    assert row and int(row.group(1)) == syncs, "the module's table says otherwise"
+    assert row and int(row.group(1)) == len(ORDER[variant]), "the module's table says otherwise"
+
+
+def _local_scalar_reads(f):
+    """How many times ``f()`` reads a value to the host (aten::_local_scalar_dense, the op
+    behind .item(), which waits for the device on a GPU), in a CPU profile."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        f()
+    return sum(e.name == "aten::_local_scalar_dense" for e in prof.events())
+
+
+def test_repeat_interleave_reads_twice_unless_told_its_output_size():
+    """Chapter 4 says repeat_interleave synchronises twice (the output size, the check for
+    negative repeats) and that output_size= skips both: a PyTorch that changed either would
+    make the page's table and prose disagree."""
+    x, repeats = torch.randn(10), torch.tensor([i % 3 for i in range(10)])
+    total = int(repeats.sum())
+    assert _local_scalar_reads(lambda: x.repeat_interleave(repeats)) == 2
+    assert _local_scalar_reads(lambda: x.repeat_interleave(repeats, output_size=total)) == 0
+    with pytest.raises(RuntimeError, match="negative"):
+        x.repeat_interleave(-repeats - 1)
+
+
+def test_the_a100_traces_hold_what_chapter_4_says_of_them():
+    """The chapter's section on real GPU traces (recorded by others, shipped with the book)
+    says: .item() in event_sync_a100 is a copy into pageable memory then a stream
+    synchronisation, both inside aten::_local_scalar_dense; alexnet_a100_sync copies each of
+    AlexNet's 16 parameters with the same pair of calls inside aten::copy_, from pageable
+    memory to the device; and every synchronisation followed by GPU work left the GPU idle."""
+    from d2l_ext import gputrace
+
+    events = gputrace.load("event_sync_a100")
+    copy, sync = gputrace.syncs(events)[:2]
+    assert (copy.call.name, sync.call.name) == ("cudaMemcpyAsync", "cudaStreamSynchronize")
+    assert copy.device_event.name == "Memcpy DtoH (Device -> Pageable)"
+    around = {e.name for e in events if e.kind == "op" and e.start_us <= copy.call.start_us
+              and sync.call.end_us <= e.end_us}
+    assert {"aten::item", "aten::_local_scalar_dense"} <= around
+    assert copy.wait_us > sync.wait_us  # the pageable copy waited; the sync found it empty
+
+    alexnet = gputrace.load("alexnet_a100_sync")
+    streams = [s for s in gputrace.syncs(alexnet) if s.call.name == "cudaStreamSynchronize"]
+    assert len(streams) == 16  # 8 layers, a weight and a bias each
+    calls = [e for e in alexnet if e.kind == "runtime" and not e.on_device]
+    copies = {link.call.start_us: link.work.name
+              for link in gputrace.launches(alexnet, kinds=("memcpy",))}
+    for s in streams:
+        before = max((e for e in calls if e.end_us <= s.call.start_us), key=lambda e: e.end_us)
+        assert before.name == "cudaMemcpyAsync"
+        assert copies[before.start_us] == "Memcpy HtoD (Pageable -> Device)"
+        assert any(e.name == "aten::copy_" and e.start_us <= before.start_us
+                   and s.call.end_us <= e.end_us for e in alexnet if e.kind == "op")
+    idle = [s.idle_after_us for s in gputrace.syncs(events) + gputrace.syncs(alexnet)
+            if s.idle_after_us is not None]
+    assert len(idle) == 21 and min(idle) > 0
+
+
+def test_an_mxnet_wait_sleeps_so_thread_time_leaves_it_out():
+    """Chapter 4 (MXNet) reads the Python thread's CPU time as its work alone: a wait for the
+    engine must sleep, not spin, for that to hold."""
+    import time
+
+    mx = pytest.importorskip("mxnet")
+    a = mx.nd.ones((500, 500))
+    for _ in range(3):  # warm up
+        mx.nd.dot(a, a).wait_to_read()
+    mx.nd.waitall()
+    wall, cpu = time.perf_counter(), time.thread_time()
+    b = a
+    for _ in range(6):  # few operators, each long: the thread queues them in microseconds
+        b = mx.nd.dot(b, a) / 500
+    mx.nd.waitall()
+    wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+    assert cpu < 0.5 * wall, (cpu, wall)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_chapters_a100_cell_tables_every_sync_and_names_its_source(lang, monkeypatch):
+    """The shared cell of chapter 4 that reads the real A100 traces, run as either kernel
+    runs it: a row for each of the 25 synchronisations, the source and licence of each trace
+    printed and in the figure, and the values the prose cites."""
+    import contextlib
+    import io
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    pytest.importorskip("yaml", reason="the book tools need the full environment")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from d2l_ext import gputrace, i18n, trace
+    from d2l_ext.utils import text_table
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from pipeline import config, sources
+
+    monkeypatch.setenv("D2L_LANG", lang)
+    monkeypatch.delenv("D2L_CAPTURE", raising=False)
+    monkeypatch.setattr(i18n, "cjk_font", lambda: None)
+    chapter = sources.parse(config.CHAPTERS / "en" / "host-device-sync.md")
+    cell = [c.source for c in chapter.cells
+            if c.kind == "code" and c.framework is None and "gputrace." in c.source]
+    assert len(cell) == 1
+    names = {"gputrace": gputrace, "trace": trace, "plt": plt, "text_table": text_table,
+             "d2l": SimpleNamespace(message=i18n.message, label=i18n.label)}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(cell[0].replace("plt.show()", ""), names)
+    titles = " ".join(ax.get_title() for ax in plt.gcf().axes)
+    plt.close("all")
+    printed = out.getvalue()
+    assert len(names["sync_rows"]) == 25
+    for name in names["A100_VIEWS"]:
+        _, gpu, source, licence = gputrace.SHIPPED[name]
+        assert source in printed and licence in printed and gpu in titles and source in titles
+        if lang == "en":
+            assert f"Source: {gputrace.provenance(name)}." in printed
+    if lang == "zh":
+        from test_zh import english_runs
+
+        assert english_runs(printed) == [] and "来源：" in printed and "许可证" in printed
+    assert (names["item_copy"].wait_us, names["item_sync"].wait_us) == (29, 6)
+    assert names["item_sync"].idle_after_us == 84 and len(names["stream_waits"]) == 16
+    assert (min(names["stream_waits"]), max(names["stream_waits"])) == (9, 95)
+    assert len(names["device_syncs"]) == 5 and names["longest_wait"] == 884
+    assert (min(names["idle_after"]), round(max(names["idle_after"]) / 1000)) == (63, 807)
