@@ -1,5 +1,11 @@
 """Chapter "GPU basics": the hand-built DataParallel the page teaches gives the one-device
-result, and the page's Hogwild script learns (and fails cleanly)."""
+result (and exercise 5's answer is what it gives with BatchNorm), the roofline counts each
+operation's FLOPs and bytes right, takes each roof from the fastest timing of its best probe
+and flags only the points that write-allocate cannot explain, the memory cells show the
+training sawtooth on a CPU (MXNet's in a fresh process, so the cell can run again), the
+memory counters fall back to torch.cuda on an older PyTorch, the Hogwild conclusions follow
+the timings, and the page's Hogwild script learns in every configuration, speaks the reader's
+language and fails cleanly."""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -15,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "chapters" / "en" / "gpu-basics.md"
 
 
-def _cells(framework: str) -> list[str]:
+def _cells(framework: str | None) -> list[str]:
     pytest.importorskip("yaml", reason="the book tools need the full environment")
     sys.path.insert(0, str(ROOT / "tools"))
     from pipeline import sources
@@ -34,15 +41,24 @@ def _run_cells(framework: str, markers: tuple[str, ...], names: dict) -> dict:
     return names
 
 
-def test_the_pages_data_parallel_equals_one_device_torch():
+def _torch_names() -> dict:
     torch = pytest.importorskip("torch")
     from d2l_ext import torch as d2l
     from d2l_ext.utils import text_table
 
-    names = _run_cells("torch", ("def data_parallel(", "one_device = outputs_and_grads"), {
+    return _run_cells("torch", ("def data_parallel(", "one_device = outputs_and_grads"), {
         "torch": torch, "nn": torch.nn, "F": torch.nn.functional, "d2l": d2l,
-        "text_table": text_table, "on_gpu": False})
+        "text_table": text_table})
+
+
+def test_the_pages_data_parallel_equals_one_device_torch():
+    import torch
+
+    from d2l_ext import parallel
+
+    names = _torch_names()
     assert len(names["devices"]) == 2
+    assert names["replicate"] is parallel.replicate  # without two GPUs: the stand-ins
     (label, outputs, gradients), = names["dp_rows"]
     assert label == "hand-built, cpu, cpu"
     assert outputs < 1e-6 and gradients < 1e-4
@@ -51,6 +67,21 @@ def test_the_pages_data_parallel_equals_one_device_torch():
     for batch in (5, 1):
         X = torch.randn(batch, 1, 28, 28)
         torch.testing.assert_close(data_parallel(lenet, X, [torch.device("cpu")] * 3), lenet(X))
+
+
+def test_exercise_5s_answer_is_what_the_pages_code_gives_torch():
+    """With a BatchNorm layer in training mode, the page's two-device forward pass differs
+    from one device's (each slice is normalised with its own statistics)."""
+    import torch
+    from torch import nn
+
+    names = _torch_names()
+    torch.manual_seed(0)
+    bn_net = nn.Sequential(nn.Conv2d(1, 6, 5, padding=2), nn.BatchNorm2d(6), nn.ReLU(),
+                           nn.Flatten(), nn.Linear(6 * 28 * 28, 10))
+    X = torch.randn(16, 1, 28, 28)
+    got = names["data_parallel"](bn_net, X, names["devices"])
+    assert not torch.allclose(got, bn_net(X), atol=1e-4)
 
 
 def test_the_pages_data_parallel_equals_one_device_mxnet(numpy_too_new):
@@ -65,10 +96,263 @@ def test_the_pages_data_parallel_equals_one_device_mxnet(numpy_too_new):
     npx.set_np()
     names = _run_cells("mxnet", ("def data_parallel(", "def make_lenet("), {
         "mx": mx, "autograd": autograd, "gluon": gluon, "init": init, "np": np, "d2l": d2l,
-        "text_table": text_table, "on_gpu": False})
+        "text_table": text_table})
     (label, outputs, gradients), = names["dp_rows"]
     assert label == "hand-built, cpu(0), cpu(1)"
     assert outputs < 1e-5 and gradients < 1e-4
+
+    # exercise 5: with BatchNorm in training mode the outputs differ from one device's
+    def bn_net():
+        net = gluon.nn.Sequential()
+        net.add(gluon.nn.Conv2D(6, 5, padding=2), gluon.nn.BatchNorm(),
+                gluon.nn.Activation("relu"), gluon.nn.Dense(10))
+        return net
+
+    X, y, devices = names["X"], names["y"], names["devices"]
+    one, many = bn_net(), bn_net()
+    one.initialize(init.Xavier(), ctx=devices[0])
+    one(X)
+    many.initialize(ctx=devices)
+    many(X)
+    for p_one, p_many in zip(one.collect_params().values(), many.collect_params().values()):
+        p_many.set_data(p_one.data())
+    with autograd.record():
+        one_out = one(X)
+    out, _ = names["data_parallel"](many, X, y, names["loss"], devices)
+    assert names["relative_difference"](out, one_out) > 1e-3
+
+
+def _framework_names(framework: str, numpy_too_new: bool) -> dict:
+    """The names the page's cells of ``framework`` expect, on the CPU, at smoke size."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from d2l_ext.utils import text_table
+
+    if framework == "torch":
+        torch = pytest.importorskip("torch")
+        from d2l_ext import memory
+        from d2l_ext import torch as d2l
+
+        names = {"torch": torch, "F": torch.nn.functional, "d2l": d2l, "memory": memory,
+                 "warnings": warnings, "device": torch.device("cpu")}
+    else:
+        if numpy_too_new:
+            pytest.skip("MXNet needs numpy < 1.24")
+        mx = pytest.importorskip("mxnet")
+        from mxnet import autograd, gluon, init, np, npx
+
+        from d2l_ext import mxnet as d2l
+
+        npx.set_np()
+        names = {"mx": mx, "np": np, "npx": npx, "autograd": autograd, "gluon": gluon,
+                 "init": init, "d2l": d2l, "json": json, "os": os, "subprocess": subprocess,
+                 "sys": sys, "device": mx.cpu(), "on_gpu": False}
+    names.update(smoke=True, plt=plt, text_table=text_table)
+    return names
+
+
+def _shared_cell(marker: str) -> str:
+    found = [c for c in _cells(None) if marker in c]
+    assert len(found) == 1, f"{len(found)} shared cells contain {marker!r}"
+    return found[0]
+
+
+@pytest.mark.parametrize("framework", ["torch", "mxnet"])
+def test_the_pages_roofline_counts_flops_and_bytes(framework, numpy_too_new):
+    """The page's roofline cells at smoke size: each operation's intensity is the one its
+    formula gives, the roof above it is min(peak, intensity x bandwidth), the bound named is
+    the side of the ridge point it falls on, each roof is the fastest timing of its best probe
+    (not a median, not the last size), and the ranges hold their medians."""
+    import matplotlib.pyplot as plt
+
+    names = _framework_names(framework, numpy_too_new)
+    _run_cells(framework, ("def roofline_point(",), names)
+    exec(_shared_cell("ridge = peak / bandwidth"), names)
+    plt.close("all")
+    n, m, sizes = names["n"], names["m"], names["sizes"]
+    expected = [1 / 12, 2 * m * m / (4 * (m * m + 2 * m)), *(s / 6 for s in sizes)]
+    points, ridge = names["points"], names["ridge"]
+    assert [p["intensity"] for p in points] == pytest.approx(expected)
+    assert points[0]["flops"] == n and points[0]["written"] == 4 * n
+    for p in points:
+        assert p["roof"] == pytest.approx(min(names["peak"], p["intensity"] * names["bandwidth"]))
+        assert p["bound"] == ("memory" if p["intensity"] < ridge else "compute")
+        assert p["slowest"] <= p["rate"] <= p["fastest"]
+        assert p["allowed"] >= 1
+    products, probes = names["products"], names["memory_probes"]
+    assert set(products) == set(names["roof_sizes"]) and len(products) > 1
+    assert names["peak"] == max(r["fastest"] for r in products.values())  # the best, not the last
+    assert set(probes) == {"copy", "sum"}
+    assert names["bandwidth"] == max(r["fastest"] for r in probes.values())
+    assert probes["copy"]["bytes"] == 8 * n and probes["sum"]["bytes"] == 4 * n
+    assert "、" in names["memory_bound"].zh and ", " in names["memory_bound"].en
+
+
+def _roofline_with(memory_probes, points, framework="torch", numpy_too_new=False):
+    """Run the page's shared roofline cell on made-up measurements: a compute roof of
+    100 GFLOP/s at the largest size tried, and the given memory probes and points."""
+    import matplotlib.pyplot as plt
+
+    names = _framework_names(framework, numpy_too_new)
+    n = 2**20
+
+    def timed(rate):
+        return dict(rate=rate, slowest=rate * 0.9, fastest=rate * 1.05)
+
+    probes = {name: dict(bytes=(8 if name == "copy" else 4) * n,
+                         written=(4 * n if name == "copy" else 0), rate=fastest * 0.8,
+                         slowest=fastest * 0.7, fastest=fastest)
+              for name, fastest in memory_probes.items()}
+    made = []
+    for op, flops, nbytes, written, share in points:  # share: the median / the memory roof
+        bandwidth = max(r["fastest"] for r in probes.values())
+        made.append(dict(op=op, flops=flops, bytes=nbytes, written=written,
+                         **timed(share * flops / nbytes * bandwidth)))
+    names.update(memory_probes=probes, products={64: timed(50e9), 128: timed(100e9)},
+                 roof_sizes=(64, 128), points=made)
+    exec(_shared_cell("ridge = peak / bandwidth"), names)
+    plt.close("all")
+    return names
+
+
+def test_the_roofline_flags_only_what_write_allocate_cannot_explain():
+    """Against a copy's roof, write-allocate lets x + y reach 1.125 of it and A @ v 1.5;
+    against a sum's roof, nothing may pass. A point beyond that is named; the roofs come
+    from the fastest timing of the faster probe, and a best size at the end of the range
+    says that the compute roof may lie higher."""
+    n, m = 2**20, 1024
+    add = ("x + y", n, 12 * n, 4 * n)
+    mv = ("A @ v", 2 * m * m, 4 * (m * m + 2 * m), 4 * m)
+    copy_roof = _roofline_with({"copy": 30e9, "sum": 20e9}, [(*add, 1.12), (*mv, 1.45)])
+    assert copy_roof["probe"] == "copy" and copy_roof["bandwidth"] == 30e9
+    assert copy_roof["peak"] == pytest.approx(100e9 * 1.05)  # the fastest timing, not the median
+    added, product = copy_roof["points"]
+    assert added["allowed"] == pytest.approx(1.125)
+    assert product["allowed"] == pytest.approx(1.5, rel=0.01)
+    assert "no point" in copy_roof["beyond_roof"].en
+    assert "may lie higher" in copy_roof["plateau"].en and copy_roof["plateau"].zh
+
+    too_fast = _roofline_with({"copy": 30e9, "sum": 20e9}, [(*add, 1.2), (*mv, 1.45)])
+    assert "`x + y`" in too_fast["beyond_roof"].en and "A @ v" not in too_fast["beyond_roof"].en
+    assert "`x + y`" in too_fast["beyond_roof"].zh
+
+    sum_roof = _roofline_with({"copy": 30e9, "sum": 40e9}, [(*add, 1.05), (*mv, 0.9)])
+    assert sum_roof["probe"] == "sum" and sum_roof["probe_text"].zh == "求和"
+    assert [p["allowed"] for p in sum_roof["points"]] == [1.0, 1.0]
+    assert "`x + y`" in sum_roof["beyond_roof"].en
+
+
+@pytest.mark.parametrize("framework", ["torch", "mxnet"])
+def test_the_pages_timings_repeat_short_operations(framework, numpy_too_new, monkeypatch):
+    """`rate` repeats an operation until a timing lasts about `seconds` and divides the work
+    of all the repeats by it: a 1 ms operation of work 1 runs at 1000 per second (on a clock
+    that only the operation advances, so that a busy machine cannot change the answer)."""
+    from d2l_ext import utils
+
+    names = _framework_names(framework, numpy_too_new)
+    _run_cells(framework, ("def roofline_point(",), names)
+    calls, clock = [], [0.0]
+    monkeypatch.setattr(utils.time, "perf_counter", lambda: clock[0])
+
+    def one_ms():
+        calls.append(1)
+        clock[0] += 0.001
+
+    result = names["rate"](one_ms, 1.0)
+    reps = round(names["seconds"] / 0.001)
+    assert len(calls) == 1 + 1 + 6 * reps  # the first timing (and its warm-up), then six
+    for statistic in ("rate", "slowest", "fastest"):
+        assert result[statistic] == pytest.approx(1000)
+
+
+@pytest.mark.parametrize("framework", ["torch", "mxnet"])
+def test_the_pages_memory_cells_show_the_sawtooth_on_a_cpu(framework, numpy_too_new, tmp_path,
+                                                          monkeypatch, chapter_script):
+    """The memory experiment runs on a CPU (the profiler counts the allocations): the
+    momentum buffers appear at the first step and stay, so the second step peaks higher
+    than the first and the third repeats the second. MXNet's runs as the page's script, in
+    a fresh process, and leaves no profiler trace behind."""
+    import matplotlib.pyplot as plt
+
+    names = _framework_names(framework, numpy_too_new)
+    if framework == "torch":
+        _run_cells(framework, ("def memory_during_training(",), names)
+    else:
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "memory_steps.py").write_text(
+            chapter_script("gpu-basics", "memory_steps.py"), encoding="utf-8")
+        _run_cells(framework, ('"memory_steps.py", "--batch-size"',), names)
+    exec(_shared_cell("step_peaks = ["), names)
+    plt.close("all")
+    readings, per_step, param_mib = names["readings"], names["per_step"], names["param_mib"]
+    first = 2 if framework == "torch" else 1
+    assert len(readings) == first + 3 * per_step
+    phases = [r[0] for r in readings]
+    after_step = [r[1] for r, phase in zip(readings, phases) if phase == "step"]
+    assert len(after_step) == 3
+    start = readings[first - 1][1]
+    # the first step adds the momentum buffers (as large as the weights), and they stay
+    before_step = readings[phases.index("step") - 1][1]
+    assert after_step[0] - before_step == pytest.approx(param_mib, rel=0.05)
+    assert after_step[1] == pytest.approx(after_step[2], abs=0.01) and after_step[1] > start
+    p1, p2, p3 = names["step_peaks"]
+    assert p1 < p2 and p2 == pytest.approx(p3, abs=0.01)
+    for _, allocated, peak, reserved in readings:
+        assert peak >= allocated - 1e-9 and reserved is None  # no caching allocator on a CPU
+    if framework == "torch":
+        assert phases[:2] == ["weights", "batch"]
+        assert readings[0][1] == pytest.approx(param_mib, rel=0.01)  # buffers are tiny
+    else:
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["memory_steps.json",
+                                                              "memory_steps.py"]
+        _run_cells(framework, ("rise = step_peaks[1]",), names)
+        assert names["rise"] == pytest.approx(p2 - p1)
+        assert names["rise_text"].en and names["rise_text"].zh
+
+
+def test_mxnet_profiler_is_configured_only_in_the_script():
+    """MXNet's profiler takes its configuration once per process (a second set_config after
+    a dump fails): the page configures it only in the script that runs in a fresh process,
+    so that the memory cell can run again in the same kernel."""
+    cells = [c for c in _cells("mxnet") if "profiler.set_config" in c]
+    assert len(cells) == 1 and cells[0].startswith("%%writefile memory_steps.py")
+
+
+class _FakeCounters:
+    """The memory functions of one API (torch.accelerator's or torch.cuda's), recorded."""
+
+    def __init__(self, calls: list, name: str) -> None:
+        self.calls, self.name = calls, name
+
+    def __getattr__(self, function: str):
+        def call(*args):
+            self.calls.append(f"{self.name}.{function}")
+            return (3 * 2**30, 8 * 2**30) if "info" in function else 2**30
+        return call
+
+
+@pytest.mark.parametrize("new_enough", [True, False])
+def test_the_counters_cell_falls_back_to_torch_cuda_on_an_older_pytorch(new_enough):
+    """On a GPU, the cell after training reads torch.accelerator's counters where PyTorch has
+    them (2.13) and torch.cuda's (mem_get_info included) where it does not."""
+    from types import SimpleNamespace
+
+    from d2l_ext import torch as d2l
+
+    calls: list[str] = []
+    accelerator = _FakeCounters(calls, "accelerator")
+    if not new_enough:
+        accelerator = SimpleNamespace()  # an old PyTorch: no memory functions there
+    fake_torch = SimpleNamespace(accelerator=accelerator, cuda=_FakeCounters(calls, "cuda"))
+    names = {"torch": fake_torch, "d2l": d2l, "device": SimpleNamespace(type="cuda"),
+             "MiB": 2**20}
+    _run_cells("torch", ("empty_cache, memory_info = torch.accelerator",), names)
+    api = "accelerator" if new_enough else "cuda"
+    assert {c.split(".")[0] for c in calls} == {api}
+    assert f"{api}.empty_cache" in calls
+    assert (f"{api}.get_memory_info" if new_enough else "cuda.mem_get_info") in calls
 
 
 @pytest.fixture
@@ -77,9 +361,9 @@ def hogwild(tmp_path, fmnist_dir, chapter_script):
     pytest.importorskip("torch")
     script = chapter_script("gpu-basics", "hogwild.py")
     (tmp_path / "hogwild.py").write_text(script, encoding="utf-8")
-    env = dict(os.environ, D2L_DATA_DIR=str(fmnist_dir))
 
-    def run(*args: str) -> subprocess.CompletedProcess:
+    def run(*args: str, lang: str = "en") -> subprocess.CompletedProcess:
+        env = dict(os.environ, D2L_DATA_DIR=str(fmnist_dir), D2L_LANG=lang)
         return subprocess.run(
             [sys.executable, "hogwild.py", "--num-train", "2000", "--num-test", "1000", *args],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
@@ -87,19 +371,61 @@ def hogwild(tmp_path, fmnist_dir, chapter_script):
     return run
 
 
-def test_the_pages_hogwild_script_learns(hogwild, tmp_path):
-    """Two processes train the shared model; the parent, which never trains, sees it learn."""
-    done = hogwild("--processes", "2", "--epochs", "2")
+def test_the_pages_hogwild_script_learns_in_every_configuration(hogwild, tmp_path):
+    """Each configuration trains a fresh shared model (the parent, which never trains, sees
+    it learn), the same total work, timed once per repeat; the lines speak Chinese for a
+    Chinese reader."""
+    done = hogwild("--runs", "1x2", "2x1", "--repeats", "2", "--epochs", "2", lang="zh")
     assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads((tmp_path / "hogwild.json").read_text())
-    assert result["processes"] == 2 and result["examples"] == 2000
-    assert result["accuracy_before"] < 0.2  # chance is 0.1
-    assert result["accuracy_after"] > 0.6
-    assert "2 processes, 2 epochs of 2,000 images" in done.stdout
+    one, two = json.loads((tmp_path / "hogwild.json").read_text())
+    assert (one["processes"], one["threads"], two["processes"], two["threads"]) == (1, 2, 2, 1)
+    for result in (one, two):
+        assert result["examples"] == 2000 and result["epochs"] == 2
+        assert len(result["seconds"]) == 2 and len(result["accuracy_after"]) == 2
+        assert result["accuracy_before"] < 0.2  # chance is 0.1
+        assert min(result["accuracy_after"]) > 0.5
+    assert one["accuracy_after"][0] == one["accuracy_after"][1]  # one process: deterministic
+    assert "2 个进程 × 每个 1 个线程，2000 张图像上训练 2 轮，运行 2 次" in done.stdout
+    assert "process" not in done.stdout
 
 
 def test_a_failing_hogwild_process_is_reported_and_leaves_no_result(hogwild, tmp_path):
-    done = hogwild("--processes", "2", "--batch-size", "0")
+    done = hogwild("--runs", "2x1", "--batch-size", "0")
     assert done.returncode != 0
-    assert "2 training processes failed (exit codes [1, 1])" in done.stderr
+    assert "2 training processes failed: " in done.stderr
     assert not (tmp_path / "hogwild.json").exists()
+
+
+def _hogwild_conclusions(seconds: dict, after: dict) -> dict:
+    """Run the page's Hogwild table cell on made-up results (seconds and test accuracies
+    after training, per configuration)."""
+    from d2l_ext import torch as d2l
+    from d2l_ext.utils import text_table
+
+    hogwild = [dict(processes=int(c[0]), threads=int(c[2]), seconds=seconds[c],
+                    accuracy_before=0.1, accuracy_after=after[c]) for c in ("1x1", "1x2", "2x1")]
+    names = {"d2l": d2l, "text_table": text_table, "hogwild": hogwild}
+    return _run_cells("torch", ("def compared(a, b):",), names)
+
+
+def test_the_hogwild_conclusions_follow_the_timings():
+    """The comparisons give the ratio's range over all pairs of runs (not a ratio of
+    medians), and each explanation matches the outcome it explains."""
+    names = _hogwild_conclusions(
+        {"1x1": [5.0, 5.1, 5.2, 5.3, 6.0], "1x2": [7.0, 8.0, 9.0, 10.0, 11.0],
+         "2x1": [2.0, 2.5, 3.0, 3.2, 3.4]},
+        {"1x1": [0.85], "1x2": [0.85], "2x1": [0.84]})
+    assert names["versus_one"].en == "faster (1.47x to 3.00x the speed)"
+    assert names["versus_one"].zh == "更快（速度是后者的 1.47–3.00 倍）"
+    assert names["threads_vs_one"].en == "slower (1.17x to 2.20x the time)"
+    assert "slower" in names["threads_reason"].en and "gained" in names["processes_reason"].en
+    assert "cache-line contention" in names["processes_reason"].en
+    assert "did not stop the model from learning" in names["learned"].en
+
+    names = _hogwild_conclusions(
+        {"1x1": [5.0, 5.5, 6.0], "1x2": [4.0, 4.5, 4.9], "2x1": [4.0, 5.0, 5.5]},
+        {"1x1": [0.85], "1x2": [0.85], "2x1": [0.70]})
+    assert names["versus_one"].en.startswith("not clearly different")
+    assert "faster" in names["threads_reason"].en
+    assert "did not clearly gain" in names["processes_reason"].en
+    assert "cost accuracy" in names["learned"].en and names["learned"].zh
