@@ -275,27 +275,40 @@ def test_sync_page_shows_each_framework_its_losses_and_timeline(page, site_url, 
     page.goto(f"{site_url}/{lang}/chapters/host-device-sync.html")
     page.locator(".book-bar .fw-tab[data-fw=torch]").click()
     fix = page.locator(".tag_torch", has_text="def loss_ignore_index")
-    timeline = page.locator(".tag_torch", has_text="def draw(path, ax, title)")
+    timeline = page.locator(".tag_torch", has_text="def draw(path, ax, name)")
     mx_loss = page.locator(".tag_mxnet", has_text="def loss_no_blocking")
     assert fix.is_visible() and timeline.is_visible() and not mx_loss.is_visible()
     assert timeline.locator("img").count() == 1  # the timeline drawn from the trace
+    # the table of synchronisations, one cell with each framework's output from its run
+    counts = page.locator(".tag_torch", has_text="COLUMNS = [")
+    mx_counts = page.locator(".tag_mxnet", has_text="COLUMNS = [")
+    assert "ignore_index" in counts.inner_text() and not mx_counts.is_visible()  # from the run
+    table = counts.locator(".cell_output").inner_text()  # in the reader's language
+    assert ("同步次数/步" in table) == (lang == "zh") and ("syncs/step" in table) == (lang == "en")
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert mx_loss.is_visible() and not fix.is_visible()
+    assert "no_blocking" in mx_counts.inner_text() and not counts.is_visible()
     assert page.errors == []
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_gpu_basics_page_shows_each_framework_its_data_parallel(page, site_url, lang):
     """PyTorch's four primitives and the Hogwild script under the PyTorch tab; Gluon's
-    split_and_load version under the MXNet tab; the page's check tables from the run."""
+    split_and_load version under the MXNet tab; the page's check tables from the run, in the
+    page's language."""
     page.goto(f"{site_url}/{lang}/chapters/gpu-basics.html")
     page.locator(".book-bar .fw-tab[data-fw=torch]").click()
     primitives = page.locator(".tag_torch", has_text="def data_parallel(module, inputs")
     check = page.locator(".tag_torch", has_text="one_device = outputs_and_grads(lenet)")
     hogwild = page.locator(".tag_torch", has_text="%%writefile hogwild.py")
     mx_version = page.locator(".tag_mxnet", has_text="gluon.utils.split_and_load(X, devices)")
+    torch_check = page.locator(".tag_torch", has_text="makes_it_right = None")
+    mx_check = page.locator(".tag_mxnet", has_text="makes_it_wrong = None")
     assert primitives.is_visible() and hogwild.is_visible() and not mx_version.is_visible()
-    assert "vs one device" in check.inner_text()  # the table, from the run
+    assert torch_check.is_visible() and not mx_check.is_visible()
+    # the table, from the run, in the page's language
+    assert {"en": "vs one device", "zh": "与单设备相比"}[lang] in check.inner_text()
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert mx_version.is_visible() and not primitives.is_visible()
+    assert mx_check.is_visible() and not torch_check.is_visible()  # each its own exercises
     assert page.errors == []
