@@ -172,10 +172,13 @@ def compile_model(model: nn.Module, mode: str | None, device: torch.device) -> n
 def new_tf32_api() -> bool:
     """Whether this PyTorch sets TF32 per backend and operator (``fp32_precision``, 2.9+).
 
-    There, ``torch.backends.cuda.matmul.fp32_precision = "tf32"`` replaces
-    ``torch.backends.cuda.matmul.allow_tf32 = True`` and
-    ``torch.set_float32_matmul_precision("high")`` for CUDA matmuls, and mixing the two
-    kinds of switch in one process makes the old getters raise an error.
+    There, ``torch.backends.cuda.matmul.fp32_precision = "tf32"`` is the new switch for CUDA
+    matmuls. Mixing it with the old API is a trap: the old getter,
+    ``torch.get_float32_matmul_precision()``, returns the value the old setter stored, and
+    raises while a new switch holds TF32 that this value does not say (CUDA's matmuls
+    ``"tf32"`` with the old value still ``"highest"``). Inductor still calls that getter
+    (under ``mode="max-autotune"``, for example). ``torch.set_float32_matmul_precision("high")``
+    sets the old value and the new switches of both matmul backends (CUDA, oneDNN) at once.
     """
     return hasattr(torch.backends.cuda.matmul, "fp32_precision")
 
@@ -188,11 +191,27 @@ def matmul_precision() -> str:
     return torch.get_float32_matmul_precision()
 
 
-def _set_matmul_precision(value: str) -> None:
+def _matmul_state() -> tuple:
+    """Every matmul precision setting that ``set_float32_matmul_precision`` changes: the old
+    value (``None`` if the old getter refuses the current mixed state) and, on PyTorch 2.9+,
+    the new switches of CUDA's and oneDNN's matmuls."""
+    try:
+        legacy = torch.get_float32_matmul_precision()
+    except RuntimeError:
+        legacy = None
     if new_tf32_api():
-        torch.backends.cuda.matmul.fp32_precision = value
-    else:
-        torch.set_float32_matmul_precision(value)
+        return (legacy, torch.backends.cuda.matmul.fp32_precision,
+                torch.backends.mkldnn.matmul.fp32_precision)
+    return (legacy,)
+
+
+def _restore_matmul_state(state: tuple) -> None:
+    legacy, *new = state
+    if legacy is not None:
+        torch.set_float32_matmul_precision(legacy)
+    if new:
+        torch.backends.cuda.matmul.fp32_precision, torch.backends.mkldnn.matmul.fp32_precision \
+            = new
 
 
 @contextlib.contextmanager
@@ -201,28 +220,30 @@ def backend_flags(device: torch.device, cudnn_benchmark: bool, tf32: bool) -> It
 
     Both are process-wide settings, so a run that turns them on must not leave them
     on for the next one. (cuDNN convolutions already use TF32 by default; ``tf32``
-    adds matrix multiplications: ``torch.backends.cuda.matmul.fp32_precision = "tf32"``,
-    or ``torch.set_float32_matmul_precision("high")`` before PyTorch 2.9.)
+    adds matrix multiplications, with ``torch.set_float32_matmul_precision("high")``, which
+    keeps the old and the new switches consistent, so that the old getter, which Inductor
+    still reads, keeps working; see :func:`new_tf32_api`.)
     """
-    benchmark, precision = torch.backends.cudnn.benchmark, matmul_precision()
+    benchmark, precision = torch.backends.cudnn.benchmark, _matmul_state()
     if cudnn_benchmark and cuda_only("cudnn_benchmark=True", device):
         torch.backends.cudnn.benchmark = True
     if tf32 and cuda_only("tf32=True", device):
-        _set_matmul_precision("tf32" if new_tf32_api() else "high")
+        torch.set_float32_matmul_precision("high")
     try:
         yield
     finally:
         torch.backends.cudnn.benchmark = benchmark
-        _set_matmul_precision(precision)
+        _restore_matmul_state(precision)
 
 
 # ---------------------------------------------------------------- learning-rate schedules
 def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
     """The factor on the learning rate at each step, for ``torch.optim.lr_scheduler.LambdaLR``.
 
-    It rises linearly to 1 over ``warmup_steps`` steps, then stays there
-    (``"constant"``) or falls to 0 at ``total_steps``, linearly (``"linear"``)
-    or along a half cosine (``"cosine"``).
+    It rises linearly to 1 over ``warmup_steps`` steps (the first step trains with
+    ``1 / warmup_steps``), then stays there (``"constant"``) or falls towards 0, linearly
+    (``"linear"``) or along a half cosine (``"cosine"``), reaching 0 at step ``total_steps``,
+    one past the last: every one of the ``total_steps`` steps trains with a positive rate.
     """
     warmup_steps = max(1, warmup_steps)
     decay_steps = max(1, total_steps - warmup_steps)
@@ -232,7 +253,7 @@ def lr_lambda(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[i
             return (step + 1) / warmup_steps
         if schedule == "constant":
             return 1.0
-        done = min(1.0, (step - warmup_steps + 1) / decay_steps)
+        done = min(1.0, (step - warmup_steps) / decay_steps)
         if schedule == "linear":
             return 1.0 - done
         return 0.5 * (1.0 + math.cos(math.pi * done))

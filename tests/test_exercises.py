@@ -117,6 +117,8 @@ def test_tuning_exercise_1_cost_model():
         "Correct")
     assert run(cell, "t_fixed_ms, t_image_ms, overhead_bound = 8.0, 0.031, True").startswith(
         "Correct")  # the slope rounded as a reader would write it
+    assert run(cell, "t_fixed_ms, t_image_ms, overhead_bound = 8, 0.03, True").startswith(
+        "Correct")  # rounded to two digits
     assert "Not quite" in run(cell, "t_fixed_ms, t_image_ms, overhead_bound = 8, 6 / 192, False")
     assert "Not quite" in run(cell, "t_fixed_ms, t_image_ms, overhead_bound = 4, 6 / 256, True")
     assert run(cell, "t_fixed_ms = t_image_ms = overhead_bound = None", "zh").startswith("练习 1")
@@ -146,12 +148,181 @@ def test_tuning_exercise_3_what_float16_loses(framework, numpy_too_new):
     assert run(cell, right, "zh", **names) == "正确。\n"
 
 
+def test_tuning_versus_follows_the_ranges():
+    """The page's verdicts: faster or slower only when the ranges do not overlap."""
+    from d2l_ext.utils import Timing
+
+    names = {"d2l": D2L}
+    exec(check_cell("tuning-tips", "def versus("), names)
+    versus = names["versus"]
+    fast, slow, between = Timing((1.0, 1.1, 1.2)), Timing((2.0, 2.1, 2.2)), Timing((1.1, 1.6, 2.1))
+    assert versus("a", fast, "b", slow).en.startswith('"a" was faster than "b" in every run')
+    assert "(1.91x as fast by the medians)" in versus("a", fast, "b", slow).en  # 2.1 / 1.1
+    assert versus("a", slow, "b", fast).en.startswith('"a" was slower than "b" in every run')
+    assert "no clear difference" in versus("a", between, "b", slow).en
+    assert "no clear difference" in versus("a", fast, "b", between).en
+    assert "快" in versus("a", fast, "b", slow).zh
+    assert "慢" in versus("a", slow, "b", fast).zh
+    assert "看不出差别" in versus("a", between, "b", slow).zh
+    name = D2L.message(en="+ AMP, fused", zh="+ 混合精度，融合")  # each language its own name
+    assert versus(name, fast, "b", slow).zh.startswith("“+ 混合精度，融合”每一次都比“b”快")
+
+
+def tuning_summary(results, lang, device_type="cpu"):
+    """The torch ladder's summary cell run on made-up results: its names after the run."""
+    from d2l_ext import ladder
+
+    names = {"d2l": D2L}
+    exec(check_cell("tuning-tips", "def versus("), names)
+    cell = check_cell("tuning-tips", "The algorithmic rung reached", "torch")
+    lines = cell.splitlines()
+    names |= {"results": results, "target": 0.7, "ladder": ladder, "num_epochs": 4,
+              "device": SimpleNamespace(type=device_type)}
+    out = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("D2L_LANG", lang)
+        with contextlib.redirect_stdout(out):
+            exec("\n".join(lines), names)
+    return out.getvalue(), names
+
+
+def made_up_ladder(accs_of_algorithmic, accs=(0.3, 0.5, 0.6, 0.71), verdict="faster"):
+    from d2l_ext import ladder
+    from d2l_ext.i18n import Text
+
+    def result(en, kind, seconds, accs, verdict=""):
+        return ladder.RungResult(Text(en, en + "（中）"), kind, {"batch_size": 8},
+                                 [9.0] + [seconds] * 3, list(accs), 96, 1.0, 1.0, verdict)
+
+    return [result("d2l's loop", "reference", 2.0, accs),
+            result("+ channels_last", "systems", 1.0, accs, verdict),
+            result("+ batch 1024", "algorithmic", 0.5, accs_of_algorithmic),
+            result("check", "check", 1.0, accs)]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("reached", [True, False])
+def test_tuning_summary_says_whether_the_target_was_reached(lang, reached):
+    """The ladder's summary cell on made-up results: the algorithmic rung reaches the target
+    accuracy (or not), and the sentences say so in the reader's language."""
+    pytest.importorskip("torch")
+    accs = [0.3, 0.5, 0.72, 0.8] if reached else [0.3, 0.5, 0.6, 0.65]
+    out, _ = tuning_summary(made_up_ladder(accs), lang)
+    if lang == "en":
+        assert ("The algorithmic rung reached the target accuracy of 0.7 after 10.0 s"
+                in out) is reached  # 9 + 0.5 + 0.5 s: the first epoch counts too
+        assert ("the algorithmic rung did not (its best: 0.650)" in out) is not reached
+        assert "not started to learn" not in out
+    else:
+        assert ("算法类台阶训练 10.0 秒后达到了目标准确率 0.7" in out) is reached
+        assert ("算法类台阶没有达到（最高只到 0.650）" in out) is not reached
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_tuning_summary_says_when_the_network_has_not_learned(lang):
+    """At chance accuracy (ten classes: 0.1) the race to the target means nothing, and the
+    page says so instead of comparing times to a target nobody reached."""
+    pytest.importorskip("torch")
+    guessing = [0.09, 0.1, 0.11, 0.1]
+    out, names = tuning_summary(made_up_ladder(guessing, guessing), lang)
+    if lang == "en":
+        assert "has not started to learn" in out and "above 0.110" in out
+        assert "did not (its best" not in out
+    else:
+        assert "网络还没有开始学习" in out and "超过 0.110" in out
+    assert "0.5" not in names["race_says"].en  # no target race, no made-up best
+
+
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+def test_tuning_summary_groups_the_verdicts_and_reads_the_mfu(device_type):
+    """Only the verdicts that occur are listed (the first systems rung's "slower, kept as
+    the base" among them); the MFU range is the table's; a GPU run is not called a CPU."""
+    pytest.importorskip("torch")
+    from d2l_ext import ladder
+
+    results = made_up_ladder([0.3, 0.5, 0.72, 0.8], verdict=ladder.BASE_SLOWER)
+    _, names = tuning_summary(results, "en", device_type)
+    says = names["verdicts_says"]
+    assert says.en == "Slower than d2l's loop, but kept as the base of the rungs above: " \
+                      "+ channels_last."
+    assert says.zh == "比 d2l 的循环慢、但作为上面各级的基础而保留的：+ channels_last（中）。"
+    mfus = [r.mfu for r in results]
+    assert f"{min(mfus):.0%} to {max(mfus):.0%}" in names["ladder_says"].en
+    assert ("On a CPU" in names["ladder_says"].en) is (device_type == "cpu")
+
+
+def cost_model_verdict(step_medians, probe, spread=1.1):
+    """The cost-model cell on made-up timings: step medians (s) per batch and the probe's;
+    each timing's fastest run is its median divided by ``spread``."""
+    from d2l_ext.utils import Timing, text_table
+
+    def timing(median):
+        return Timing((median / spread, median, median))
+
+    names = {"d2l": D2L, "text_table": text_table,
+             "step_timing": {b: timing(t) for b, t in step_medians.items()},
+             "overhead": timing(probe)}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(check_cell("tuning-tips", "fit_says = d2l.message("), names)
+    return names
+
+
+def test_tuning_cost_model_compares_medians_and_refuses_a_disturbed_run():
+    steps = {1: 0.011, 2: 0.012, 4: 0.014, 8: 0.018}  # a line with t_fixed = 10 ms
+    calm = cost_model_verdict(steps, probe=0.009)
+    assert not calm["disturbed"] and "within a factor of 1.5 of the step" in calm["fit_says"]
+    assert calm["step_seconds"][8] == pytest.approx(0.018)  # the medians
+    assert "most of it is not overhead" in cost_model_verdict(steps, probe=0.004)["fit_says"]
+    assert "underestimates" in cost_model_verdict(steps, probe=0.025)["fit_says"]
+    busy = cost_model_verdict(steps, probe=0.009, spread=4.0)  # the medians 4 times the fastest
+    assert busy["disturbed"] and "judges nothing" in busy["fit_says"]
+    assert "close" not in busy["fit_says"].en and "机器很忙" in busy["fit_says"].zh
+    assert busy["step_seconds"][8] == pytest.approx(0.018 / 4.0)  # the fastest runs
+    assert busy["overhead_share"] == pytest.approx(0.009 / 0.018)  # fastest against fastest
+
+
+@pytest.mark.parametrize("capability, bf16_timed", [((8, 0), True), ((7, 5), False)])
+def test_tuning_mixed_precision_sentence_without_bf16(monkeypatch, capability, bf16_timed):
+    """On a GPU whose tensor cores lack bf16 (a T4) bf16 is not timed: the sentence says so
+    and gives fp16's speed-up, never "nan times as fast"."""
+    import warnings
+
+    torch = pytest.importorskip("torch")
+    from d2l_ext import ladder, tuning
+    from d2l_ext.utils import Timing
+
+    monkeypatch.setattr(ladder, "amp_candidates",
+                        lambda device: ladder.amp_formats("cuda", capability))
+    speeds = {"fp32": 2.0, "bf16": 1.0, "fp16": 0.8}
+
+    def measure_in_turns(functions, repeats=5):
+        return {name: Timing((speeds[name],) * repeats) for name in functions}
+
+    names = {"d2l": D2L, "torch": torch, "ladder": ladder, "tuning": tuning,
+             "measure_in_turns": measure_in_turns, "random_batch": lambda b: (None, None),
+             "device": SimpleNamespace(type="cuda"), "on_gpu": True, "large": 8, "small": 2,
+             "rates": {"fp32": 1.0, "bf16": 2.0}}
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")  # a CUDA GradScaler made without CUDA disables itself
+        exec(check_cell("tuning-tips", "bf16_says = d2l.message(", "torch"), names)
+    says = names["bf16_says"].en
+    assert "nan" not in says
+    if bf16_timed:
+        assert "bf16 autocast ran a step 2.00 times as fast" in says
+    else:
+        assert says.startswith("bf16 was not timed here") and "2.50 times" in says
+
+
 # ------------------------------------------------------------ host-device synchronisation
-def test_sync_exercise_1_which_operations_wait():
-    cell = check_cell("host-device-sync", "exercise 1")
+@pytest.mark.parametrize("framework", ["torch", "mxnet"])
+def test_sync_exercise_1_which_operations_wait(framework):
+    """The same letters on every machine: the question is about a CUDA device (PyTorch) or
+    about MXNet's engine, which queues on a CPU too."""
+    cell = check_cell("host-device-sync", "exercise 1", framework)
     assert run(cell, "syncing = {'c', 'd', 'f'}").startswith("Correct")
     assert run(cell, "syncing = ['f', 'd', 'c']").startswith("Correct")
     assert "Not quite" in run(cell, "syncing = {'b', 'c', 'd', 'f'}")
+    assert "Not quite" in run(cell, "syncing = set()")  # a CPU answer for PyTorch: none
     assert run(cell, "syncing = {'c', 'd', 'f'}", "zh").startswith("正确")
     assert run(cell, "syncing = None", "zh").startswith("练习 1")
 
@@ -161,6 +332,23 @@ def test_sync_exercise_2_counting_steps():
     assert run(cell, "num_steps_answer, num_distinct_answer = 3, 4").startswith("Correct")
     assert "Not quite" in run(cell, "num_steps_answer, num_distinct_answer = 7, 8")
     assert run(cell, "num_steps_answer, num_distinct_answer = 3, 4", "zh").startswith("正确")
+
+
+@pytest.mark.parametrize("framework, right, forgot", [("torch", (6, 1), (5, 0)),
+                                                      ("mxnet", (4, 1), (3, 0))])
+def test_sync_exercise_5_one_more_read(framework, right, forgot):
+    """The counts do not depend on the machine (the same operators wait on every device);
+    MXNet's step_costs counts the waits, float(...)'s MXNDArraySyncCopyToCPU among them. The
+    answer states what the cost model expects, not a GPU outcome."""
+    cell = check_cell("host-device-sync", "exercise 5", framework)
+    assert run(cell, f"syncs_with_item = {right}").startswith("Correct")
+    assert run(cell, f"syncs_with_item = {list(right)}").startswith("Correct")
+    assert "cost model expects" in run(cell, f"syncs_with_item = {right}")
+    assert "Not quite" in run(cell, f"syncs_with_item = {forgot}")  # forgot the read
+    assert "Not quite" in run(cell, f"syncs_with_item = {right[::-1]}")
+    assert run(cell, f"syncs_with_item = {right}", "zh").startswith("正确")
+    assert "按成本模型" in run(cell, f"syncs_with_item = {right}", "zh")
+    assert run(cell, "syncs_with_item = None", "zh").startswith("练习 5")
 
 
 # ------------------------------------------------------------ GPU basics
@@ -181,9 +369,55 @@ def test_gpu_basics_exercise_2_training_state():
     assert run(cell, "training_state_mb = 120.0", "zh").startswith("正确")
 
 
-def test_gpu_basics_exercise_3_what_orders_the_streams():
+def test_gpu_basics_exercise_3_arithmetic_intensity_of_a_batch():
+    """The exact intensity and the usual approximations (the weights alone, b/2) are right;
+    the page's own matrix-vector intensity (b = 1) and forgetting the 4 bytes are not."""
     cell = check_cell("gpu-basics", "exercise 3")
+    assert run(cell, "intensity_batch = 4").startswith("Correct")
+    assert run(cell, "intensity_batch = 2 * 8192**2 * 8 / (4 * (8192**2 + 2 * 8192 * 8))"
+               ).startswith("Correct")
+    assert run(cell, "intensity_batch = 3.99").startswith("Correct")
+    assert "Not quite" in run(cell, "intensity_batch = 0.5")  # one vector, not eight
+    assert "Not quite" in run(cell, "intensity_batch = 16")  # forgot the 4 bytes per float32
+    assert "Not quite" in run(cell, "intensity_batch = 20")  # the ridge point
+    assert run(cell, "intensity_batch = 4.0", "zh").startswith("正确")
+    assert "1/5" in run(cell, "intensity_batch = 4.0", "zh")
+    assert run(cell, "intensity_batch = None", "zh").startswith("练习 3")
+
+
+def test_gpu_basics_exercise_4_torch_what_orders_the_streams():
+    cell = check_cell("gpu-basics", "exercise 4", "torch")
     assert run(cell, "makes_it_right = {'a', 'b'}").startswith("Correct")
     assert run(cell, "makes_it_right = ['b', 'a']").startswith("Correct")
+    assert run(cell, "makes_it_right = {'A', '(b)'}").startswith("Correct")  # any case, any form
+    assert run(cell, "makes_it_right = 'a, b'").startswith("Correct")
     assert "Not quite" in run(cell, "makes_it_right = {'a', 'c'}")
+    assert "Not quite" in run(cell, "makes_it_right = {'a', 'b', 'c'}")
+    assert "Not quite" in run(cell, "makes_it_right = {'A'}")
     assert run(cell, "makes_it_right = {'a', 'b'}", "zh").startswith("正确")
+
+
+def test_gpu_basics_exercise_4_mxnet_what_the_engine_orders():
+    cell = check_cell("gpu-basics", "exercise 4", "mxnet")
+    assert run(cell, "makes_it_wrong = {'d'}").startswith("Correct")
+    assert run(cell, "makes_it_wrong = ['d']").startswith("Correct")
+    assert run(cell, "makes_it_wrong = {'D'}").startswith("Correct")
+    assert "Not quite" in run(cell, "makes_it_wrong = {'b'}")
+    assert "Not quite" in run(cell, "makes_it_wrong = {'b', 'd'}")
+    assert run(cell, "makes_it_wrong = {'d'}", "zh").startswith("正确")
+    assert run(cell, "makes_it_wrong = None", "zh").startswith("练习 4")
+
+
+@pytest.mark.parametrize("framework", ["torch", "mxnet"])
+def test_gpu_basics_exercise_5_batchnorm_over_two_devices(framework):
+    """The data-parallel check always runs on at least two devices (every GPU when there are
+    two or more, else two CPU stand-ins), so on every machine the slices' statistics differ:
+    the answer is False, however it is written."""
+    cell = check_cell("gpu-basics", "exercise 5", framework)
+    assert run(cell, "bn_outputs_match = False").startswith("Correct")
+    for other_form in ("0", "'False'", "'false'"):  # the same answer, written otherwise
+        assert run(cell, f"bn_outputs_match = {other_form}").startswith("Correct")
+    for wrong in ("True", "1", "'True'"):
+        assert "Not quite" in run(cell, f"bn_outputs_match = {wrong}")
+    assert run(cell, "bn_outputs_match = False", "zh").startswith("正确")
+    assert run(cell, "bn_outputs_match = None", "zh").startswith("练习 5")

@@ -13,6 +13,7 @@ from torch import nn
 
 from d2l_ext import ladder
 from d2l_ext import torch as d2l
+from d2l_ext.i18n import Text
 from d2l_ext.utils import Timing, TrainResult
 from tests.nets import tiny_torch_cnn
 
@@ -151,6 +152,19 @@ def test_recheck_runs_the_first_systems_rung_again(monkeypatch, fmnist_dir):
     assert calls[-1][0] == "a" and "fused" not in calls[-1][1]
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_each_rung_prints_its_verdict_but_the_first(monkeypatch, fmnist_dir, capsys, lang):
+    """The first rung is judged against nothing: its line has no verdict, not a bare "–"."""
+    fake_runs(monkeypatch, {"ref": [4.0] * 3, "a": [2.0] * 3})
+    monkeypatch.setenv("D2L_LANG", lang)
+    rungs = [ladder.Rung("ref", "reference", dict(batch_size=8, lr=0.1), zh="参照"),
+             ladder.Rung("a", "systems", dict(tag="a"), zh="甲")]
+    ladder.run(rungs, CPU, num_epochs=4, num_train=64)
+    first, second = capsys.readouterr().out.splitlines()
+    assert first.endswith("0.500")  # the test accuracy, then nothing
+    assert second.endswith("(faster)" if lang == "en" else "（更快）")
+
+
 def test_time_to_an_accuracy_counts_every_epoch_until_it_is_reached():
     result = ladder.RungResult("r", "algorithmic", {"batch_size": 8}, [5.0, 1.0, 2.0, 3.0],
                                [0.2, 0.5, 0.7, 0.6], 64, 1e9, 1e9)
@@ -164,6 +178,44 @@ def test_time_to_an_accuracy_counts_every_epoch_until_it_is_reached():
 def test_at_least_three_timed_epochs():
     with pytest.raises(ValueError, match="num_epochs >= 4"):
         ladder.run(ladder.LADDER, CPU, num_epochs=3)
+
+
+@pytest.mark.parametrize("device_type, capability, hip, expected", [
+    ("cpu", None, False, ["bf16"]),
+    ("cuda", (9, 0), False, ["bf16", "fp16"]),  # H100
+    ("cuda", (8, 0), False, ["bf16", "fp16"]),  # A100: the first with bf16 tensor cores
+    ("cuda", (7, 5), False, ["fp16"]),          # T4: bf16 only emulated
+    ("cuda", (7, 0), False, ["fp16"]),          # V100
+    ("cuda", (9, 4), True, ["bf16", "fp16"]),   # ROCm: bf16, as torch.cuda says
+])
+def test_amp_formats_follow_the_gpus_capability(device_type, capability, hip, expected):
+    assert ladder.amp_formats(device_type, capability, hip=hip) == expected
+
+
+def test_amp_candidates_ask_the_gpu_they_are_given(monkeypatch):
+    """Two different GPUs: cuda:1's answer is cuda:1's, not the current GPU's (cuda:0)."""
+    capabilities = {0: (7, 5), 1: (9, 0)}
+    monkeypatch.setattr(ladder.d2l, "num_gpus", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability",
+                        lambda device=None: capabilities[torch.device(device).index])
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert ladder.amp_candidates("cuda:1") == ["bf16", "fp16"]
+    assert ladder.amp_candidates(torch.device("cuda", 0)) == ["fp16"]
+    assert ladder.amp_candidates("cuda") == ["fp16"]  # the current GPU, given its index
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_a_gpu_asked_for_without_one_fails_early_and_clearly(monkeypatch):
+    for call in (lambda: ladder.run(ladder.LADDER, "cuda", num_epochs=4),
+                 lambda: ladder.amp_candidates("cuda"),
+                 lambda: ladder.amp_step_timings("cuda", 2),
+                 lambda: ladder.matmul_flops_per_second("cuda")):
+        with pytest.raises(ValueError, match="no CUDA GPU"):
+            call()
+    monkeypatch.setattr(sys, "argv", ["speed_ladder.py", "--device", "cuda"])
+    with pytest.raises(SystemExit, match="--device cuda: .*no CUDA GPU"):
+        speed_ladder_script().main()
 
 
 def test_flops_of_softmax_regression():
@@ -290,27 +342,56 @@ def test_benchmark_writes_its_json(tmp_path, monkeypatch, fmnist_dir):
 
     out = tmp_path / "speed_ladder.json"
     monkeypatch.setattr(ladder, "run", fake_run)
+    monkeypatch.setattr(ladder, "amp_step_timings",  # --amp auto: float32 clearly faster
+                        lambda device, batch: {"fp32": Timing((1.0, 1.1)),
+                                               "bf16": Timing((5.0, 5.5))})
     monkeypatch.setenv("D2L_SMOKE", "1")
     monkeypatch.setattr(sys, "argv", ["speed_ladder.py", "--rungs", "0,1", "--device", "cpu",
                                       "--no-recheck", "--json", str(out)])
     speed_ladder.main()
     rungs, device, epochs, num_train, num_test, recheck = calls[0]
-    assert [r.name for r in rungs] == ["d2l's loop", "d2l.train"] and device.type == "cpu"
+    assert [r.name for r in rungs][0] == "d2l's loop" and device.type == "cpu"
+    assert rungs[1].name.startswith("d2l.train")
     assert (epochs, num_train, num_test, recheck) == (4, 16, 16, False)  # D2L_SMOKE's defaults
     assert rungs[0].change == dict(batch_size=4, lr=0.1 * 4 / 256)  # the rate scaled
     result = json.loads(out.read_text(encoding="utf-8"))
     assert result["benchmark"] == "speed_ladder" and result["columns"] == ladder.COLUMNS
-    assert [row[0] for row in result["rows"]] == ["d2l's loop", "d2l.train"]
+    names = [row[0] for row in result["rows"]]
+    assert names[0] == "d2l's loop" and names[1].startswith("d2l.train")
     assert result["args"]["epochs"] == 4
     assert [row[3:6] for row in result["rows"]] == [[4, 4, 2.0], [4, 4, 2.0]]  # batch, steps
+
+
+@pytest.mark.parametrize("fp32, expected", [
+    ((1.0, 1.1), ["+ no bias before BatchNorm", "+ fused SGD"]),  # float32 faster: left out
+    ((5.0, 5.5), ["+ no bias before BatchNorm", "+ bf16 autocast", "+ fused SGD"]),
+])
+def test_benchmark_rung_indices_do_not_shift_with_the_measured_format(monkeypatch, fp32,
+                                                                        expected):
+    """--rungs counts the rungs that --list shows: the autocast rung keeps its index (8) and
+    is left out, not shifted into, when --amp auto finds float32 faster."""
+    speed_ladder = speed_ladder_script()
+    calls = []
+
+    def fake_run(rungs, device, num_epochs, num_train, num_test, recheck):
+        calls.append(list(rungs))
+        return [ladder.RungResult(r.name, r.kind, {"batch_size": 8}, [1.0] * 4, [0.5] * 4, 64,
+                                  1e9, 1e10) for r in rungs]
+
+    monkeypatch.setattr(ladder, "run", fake_run)
+    monkeypatch.setattr(ladder, "amp_step_timings",
+                        lambda device, batch: {"fp32": Timing(fp32), "bf16": Timing((2.0, 2.2))})
+    monkeypatch.setattr(sys, "argv", ["speed_ladder.py", "--rungs", "7,8,9", "--device", "cpu"])
+    speed_ladder.main()
+    assert [r.name for r in calls[0]] == expected
 
 
 def test_plot_draws_a_bar_per_rung_and_hatches_the_dropped():
     import matplotlib
 
     matplotlib.use("Agg")
-    results = [ladder.RungResult(name, kind, {"batch_size": 8}, [9.0, s, s, s], [0.9] * 4, 100,
-                                 1e9, 1e10, verdict=v)
+    results = [ladder.RungResult(Text(name, name), kind, {"batch_size": 8}, [9.0, s, s, s],
+                                 [0.9] * 4, 100, 1e9, 1e10, verdict=v)
                for name, kind, s, v in [("ref", "reference", 4.0, ""),
                                         ("a", "systems", 2.0, ladder.FASTER),
                                         ("b", "systems", 3.0, ladder.DROPPED)]]
