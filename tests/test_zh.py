@@ -124,3 +124,32 @@ def test_the_table_of_contents_numbers_the_chapters():
 
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
     assert toc.get("options", {}).get("numbered") is True
+
+
+#: How the Chinese edition links a chapter or section: “{ref}`label`”一章 / 一节, the title
+#: in quotes, no space around it (a space between two Chinese characters shows).
+ZH_REF = re.compile(r"“\{ref\}`[^`]+`”一[章节]")
+
+
+@pytest.mark.parametrize("name", CHAPTERS + ["index"])
+def test_the_chinese_edition_links_chapters_in_one_form(name):
+    chapter = sources.parse(config.CHAPTERS / "zh" / f"{name}.md")
+    prose = "\n".join(c.source for c in chapter.cells if c.kind == "markdown")
+    others = [m.group(0) for m in re.finditer(r".{0,4}\{ref\}`[^`]+`.{0,4}", prose)
+              if not ZH_REF.search(m.group(0))]
+    assert others == [], f"zh/{name}.md: write “{{ref}}`label`”一章: {others}"
+
+
+#: A unit written the English way in a Chinese output: "5.2 us", "0.56 sec" (a profiler's
+#: table is tool output and keeps its own).
+ENGLISH_UNIT = re.compile(r"\d\s*(us|sec|secs)\b")
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_outputs_of_a_chinese_notebook_write_units_in_chinese(name, framework):
+    path = config.NOTEBOOKS / "zh" / framework / f"{name}.ipynb"
+    nb = nbformat.read(path, 4)
+    found = [(index, m.group(0)) for index, text in _outputs(nb)
+             if not PROFILER_TABLE.search(text) for m in ENGLISH_UNIT.finditer(text)]
+    assert found == [], f"{path.relative_to(ROOT)}: write 微秒/秒 (cells, text): {found[:8]}"
