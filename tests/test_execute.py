@@ -414,3 +414,101 @@ def test_the_chinese_replaces_whole_words_once_longest_first():
     zh = localized(cell, "zh", texts)
     assert zh.outputs[0]["text"] == "epoch  最小  最大\ndeterministic: x 的最小值\n"
     assert localized(cell, "en", texts).outputs[0]["text"] == cell.outputs[0]["text"]
+
+
+MERGED = """# Demo
+
+Shared prose.
+
+:::{framework} torch
+PyTorch: {{answer:.2f}}.
+:::
+
+:::{framework} mxnet
+MXNet: {{answer:.1f}}.
+:::
+
+```{code-cell} ipython3
+print("same")
+```
+
+```{code-cell} ipython3
+:tags: [torch]
+print("torch")
+```
+
+```{code-cell} ipython3
+:tags: [mxnet]
+print("mxnet")
+```
+
+```{code-cell} ipython3
+print(framework)
+```
+"""
+RUN = dict(gpus=0, cpu="Test CPU", framework="Framework 1.0", python="3.11", date="2026-01-01",
+           size="smoke")
+
+
+def _executed_by_hand(chapter, framework: str, values: dict[str, str]) -> None:
+    """Write ``chapter``'s notebook for ``framework`` as an execution would, without running
+    it: each code cell prints what its code says, ``framework`` being the framework."""
+    from pipeline import notebooks as notebooks_module
+
+    nb = notebooks_module.split(chapter, framework)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.source.startswith("print("):
+            text = cell.source[7:-2] if '"' in cell.source else framework
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text + "\n")]
+    nb.metadata["d2l_ext"].update(values=values, run=RUN)
+    path = notebooks_module.notebook_path(chapter, framework)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+
+
+def test_a_page_keeps_every_cell_once_or_once_per_framework(tmp_path, monkeypatch):
+    """Prose with each framework's values, the run notes, a shared cell with the same
+    outputs once (no tabs), each framework's own cell tagged, and a shared cell whose
+    outputs differ once per framework."""
+    from pipeline import pages, sources
+
+    monkeypatch.setattr(config, "NOTEBOOKS", tmp_path / "notebooks")
+    path = tmp_path / "chapters" / "en" / "demo.md"
+    path.parent.mkdir(parents=True)
+    path.write_text(MERGED, encoding="utf-8")
+    chapter = sources.parse(path)
+    _executed_by_hand(chapter, "torch", {"{{answer:.2f}}": "42.00"})
+    _executed_by_hand(chapter, "mxnet", {"{{answer:.1f}}": "42.0"})
+    page = pages.merge(chapter)
+    shown = [(c.cell_type, c.metadata.get("tags", []),
+              "".join(o.get("text", "") for o in c.get("outputs", []))) for c in page.cells]
+    assert shown == [("markdown", [], ""), ("markdown", [], ""), ("code", [], "same\n"),
+                     ("code", ["torch"], "torch\n"), ("code", ["mxnet"], "mxnet\n"),
+                     ("code", ["torch"], "torch\n"), ("code", ["mxnet"], "mxnet\n")]
+    prose, notes = page.cells[0].source, page.cells[1].source
+    assert "Shared prose." in prose
+    assert "::::{container} fw fw-torch\nPyTorch: 42.00.\n::::" in prose
+    assert "::::{container} fw fw-mxnet\nMXNet: 42.0.\n::::" in prose
+    assert notes.count("CPU only (Test CPU)") == 2
+    nbformat.validate(page)
+
+
+def test_refill_all_refills_every_chapter_for_every_framework(tmp_path, monkeypatch):
+    """No names: every chapter (not the index) for each framework; names: only those;
+    an unknown name: an error naming the chapters, before anything is refilled."""
+    monkeypatch.setattr(config, "CHAPTERS", tmp_path / "chapters")
+    (tmp_path / "chapters" / "en").mkdir(parents=True)
+    for name in ("index", "one", "two"):
+        (tmp_path / "chapters" / "en" / f"{name}.md").write_text("# T\n", encoding="utf-8")
+    done, lines = [], []
+    monkeypatch.setattr(execute, "refill", lambda name, framework: done.append(
+        (name, framework)) or [config.ROOT / "notebooks" / f"{name}-{framework}.ipynb"])
+    execute.refill_all([], ["torch", "mxnet"], log=lines.append)
+    assert done == [("one", "torch"), ("one", "mxnet"), ("two", "torch"), ("two", "mxnet")]
+    assert lines[0] == "refilled notebooks/one-torch.ipynb" and len(lines) == 4
+    done.clear()
+    execute.refill_all(["two"], ["mxnet"], log=lines.append)
+    assert done == [("two", "mxnet")]
+    with pytest.raises(BookError, match="no chapter named three; the chapters are: one, two"):
+        execute.refill_all(["two", "three"], ["torch"], log=lines.append)
+    assert done == [("two", "mxnet")]

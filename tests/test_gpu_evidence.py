@@ -270,3 +270,61 @@ def test_the_trace_cells_speak_chinese(name, monkeypatch):
     _, printed = _run_trace_cells(name, "zh", monkeypatch)
     assert english_runs(printed) == []
     assert "来源：" in printed and "许可证" in printed
+
+
+def _run_cells_containing(name: str, marker: str, lang: str, monkeypatch,
+                          framework: str | None = None) -> tuple[dict, str]:
+    """Run the code cells of chapter ``name`` (of ``framework``, or shared) that contain
+    ``marker``, with the names they use; their names and what they printed."""
+    monkeypatch.setenv("D2L_LANG", lang)
+    monkeypatch.delenv("D2L_CAPTURE", raising=False)
+    chapter = sources.parse(config.CHAPTERS / "en" / f"{name}.md")
+    cells = [c.source for c in chapter.cells if c.kind == "code" and c.framework == framework
+             and marker in c.source]
+    assert cells, f"{name}: no cell contains {marker!r}"
+    names = {"gputrace": gputrace, "text_table": text_table,
+             "d2l": SimpleNamespace(message=i18n.message, label=i18n.label)}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for source in cells:
+            exec(source, names)
+    return names, out.getvalue()
+
+
+def test_the_tuning_page_measures_what_the_loader_traces_hold(monkeypatch):
+    """Chapter 3's claims about the two ResNet-50 traces: the host in the loader and the GPU
+    idle in one span without workers; short spans, none long, with four."""
+    ns, _ = _run_cells_containing("tuning-tips", "def waiting_for_data", "en", monkeypatch)
+    zero, four = ns["zero_w"], ns["four_w"]
+    assert zero["batch"] == four["batch"] == 32
+    assert [round(s.duration_us / 1e3, 1) for s in zero["steps"]] == [174.0, 176.9, 181.3]
+    assert round(zero["host_loading_us"] / 1e3, 1) == 73.4
+    assert round(zero["idle_loading_us"] / 1e3, 1) == 61.3  # "almost all in one span"
+    assert round(zero["idle"][0].duration_us / 1e3, 1) == 60.9
+    assert zero["idle"][0].doing.startswith("enumerate(DataLoader)")
+    assert four["step"].duration_us < zero["step"].duration_us
+    assert four["idle"][0].duration_us < 2000 and four["long_idle"] == 92  # spans, not one
+    assert round(four["long_idle_us"] / 1e3, 1) == 16.8
+    _, zh = _run_cells_containing("tuning-tips", "def waiting_for_data", "zh", monkeypatch)
+    from test_zh import english_runs
+    assert english_runs(zh) == []
+
+
+def test_the_gpu_basics_page_measures_what_the_stream_trace_holds(monkeypatch):
+    """Chapter 5's claims about the join in the A100 trace: the event recorded after the
+    stream it waits on had finished, the joined product started as fast as the one that
+    waited for nothing, no two streams overlapped, and cudaMalloc outlasted a product."""
+    ns, printed = _run_cells_containing("gpu-basics", "gputrace.joins(", "en", monkeypatch,
+                                        framework="torch")
+    join, after, unjoined = ns["join"], ns["after"], ns["unjoined"]
+    assert (join.stream, join.on_stream) == (24, 20)
+    assert after.work.kind == "kernel" and after.work.stream == 24
+    assert unjoined and unjoined[0].work.stream == 28
+    assert max(w.end_us for w in ns["waited_for"]) < join.record.start_us
+    lag = after.work.start_us - after.call.start_us
+    control = unjoined[0].work.start_us - unjoined[0].call.start_us
+    assert abs(lag - control) < 5  # "as stream 28's ... did"
+    assert ns["streams_overlap"] == 0
+    product = max(link.work.duration_us for link in ns["kernels"])
+    assert min(ns["mallocs"]) > product  # "longer than a product ran"
+    assert "Source: event_sync_multi_stream_a100:" in printed

@@ -3,6 +3,7 @@ pieces of the validation that do not need a GPU (where results go, what is a ben
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +114,42 @@ def test_a_timeout_or_a_dead_kernel_fails_the_chapter_not_the_run(monkeypatch):
         monkeypatch.setattr(execute_module, "run_notebook", fail)
         with pytest.raises(BookError, match="failed; the committed notebooks are unchanged"):
             execute_module.execute("async-computation", "torch", smoke=True)
+
+
+@pytest.mark.parametrize("failing", ["nbval", "bad", None])
+def test_a_failed_nbval_or_benchmark_is_a_failed_row_and_fails_the_run(monkeypatch, tmp_path,
+                                                                        failing):
+    """nbval's exit status and each benchmark's become rows of the summary: one that failed
+    is the only FAILED row, with its exit status, and makes validate's exit status 1; each
+    benchmark that ran prints its table after the summary."""
+    lines = []
+
+    def fake_run(cmd, smoke):
+        what = "nbval" if "pytest" in cmd else Path(cmd[1]).stem
+        if what == failing:
+            return 1.0, 3
+        if what != "nbval":
+            Path(cmd[3]).write_text(json.dumps(dict(
+                benchmark=what, columns=["rung", "sec"], rows=[["base", 1.5]],
+                formats=["", ".1f"])), encoding="utf-8")
+        return 1.0, 0
+
+    monkeypatch.setattr(validate, "chapter_names", lambda: ["demo"])
+    monkeypatch.setattr(validate, "execute", lambda *args, **kwargs: [])
+    monkeypatch.setattr(validate, "RESULTS", tmp_path)
+    monkeypatch.setattr(validate, "benchmark_scripts",
+                        lambda: [Path("benchmarks/good.py"), Path("benchmarks/bad.py")])
+    monkeypatch.setattr(validate, "_run", fake_run)
+    status = validate.validate(allow_cpu=True, log=lines.append)
+    title = next(i for i, line in enumerate(lines) if line.startswith("\nGPU validation on"))
+    rows = {row.split()[1]: row for row in lines[title + 1].splitlines()[1:]}
+    assert list(rows) == ["demo", "2", "good", "bad"]  # "2": nbval's 2 notebooks
+    failed = [what for what, row in rows.items() if "FAILED" in row]
+    assert failed == {"nbval": ["2"], "bad": ["bad"], None: []}[failing]
+    assert status == (1 if failing else 0)
+    if failing:
+        assert "exit 3" in rows[failed[0]]
+    assert str(tmp_path / "good-cpu-") in rows["good"]
+    printed = [line.split(" (", 1)[0].strip() for line in lines[title + 2::2]]
+    assert printed == (["good"] if failing == "bad" else ["good", "bad"])
+    assert "base  1.5" in lines[title + 3]

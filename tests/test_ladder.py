@@ -420,3 +420,28 @@ def test_mfu_is_against_the_fastest_matmul_for_the_rung(monkeypatch, fmnist_dir)
     results = ladder.run(rungs, CPU, num_epochs=4, num_train=64, peaks=peaks, verbose=False)
     assert [r.peak_flops for r in results] == [2e9, 2e9]
     assert measured == [torch.bfloat16] and peaks == {"fp32": 2e9, "bf16": 1e8}
+
+
+def test_matmul_rate_counts_two_flops_per_multiply_add(monkeypatch):
+    """An n x n product is n**3 multiply-adds, 2 n**3 FLOPs: the rate is 2 n**3 times the
+    products in a timed run over the fastest run (one product takes 1 ms, so a run of
+    0.3 / 3 s holds 100)."""
+    timings = iter([Timing((0.001,)), Timing((0.5, 0.4, 0.6))])
+    monkeypatch.setattr(ladder.d2l, "measure", lambda *args, **kwargs: next(timings))
+    rate, one = ladder._matmul_rate(100, CPU, torch.float32, seconds=0.3)
+    assert one == 0.001
+    assert rate == pytest.approx(2 * 100 ** 3 * 100 / 0.4)
+
+
+def test_flops_per_epoch_and_mfu_by_hand(monkeypatch, fmnist_dir):
+    """Softmax regression: 2 x 784 x 10 FLOPs an image forward, as many backward; 64
+    images an epoch of 2 s against a 1 GFLOP/s product."""
+    count = ladder.train_flops_per_image
+    fake_runs(monkeypatch, {"a": [2.0] * 3})
+    monkeypatch.setattr(ladder, "train_flops_per_image", count)
+    monkeypatch.setattr(ladder, "make_net",
+                        lambda seed=0, bias=True: nn.Sequential(nn.Flatten(), nn.Linear(784, 10)))
+    [result] = ladder.run([ladder.Rung("a", "systems", dict(tag="a", batch_size=8))], CPU,
+                          num_epochs=4, num_train=64, verbose=False)
+    assert result.flops_per_epoch == 2 * 2 * 784 * 10 * 64
+    assert result.mfu == pytest.approx(2 * 2 * 784 * 10 * 64 / 2.0 / 1e9)

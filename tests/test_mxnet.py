@@ -7,7 +7,7 @@ import sys
 
 import numpy
 import pytest
-from nets import assert_learned, tiny_mxnet_cnn, tiny_mxnet_hybrid_cnn
+from nets import assert_learned, linear_mxnet_net, tiny_mxnet_cnn, tiny_mxnet_hybrid_cnn
 
 from d2l_ext import fashion_mnist
 from d2l_ext.utils import TrainResult
@@ -364,3 +364,83 @@ def test_a_last_batch_smaller_than_the_devices(d2l, fmnist_dir):
                        num_epochs=1, num_train=129, num_test=65, verbose=False)
     assert len(result.test_acc) == 1
     assert round(result.test_acc[0] * 65) == pytest.approx(result.test_acc[0] * 65, abs=1e-6)
+
+
+# ---------------------------------------------------------------- what each step does
+def recording_mxnet_net(d2l, seen: list):
+    """Softmax regression that appends ``(device, examples)`` to ``seen`` at every training
+    forward pass."""
+
+    class Recording(d2l.nn.Block):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dense = d2l.nn.Dense(10)
+
+        def forward(self, X):
+            if d2l.autograd.is_training():
+                seen.append((str(X.ctx), X.shape[0]))
+            return self.dense(X)
+
+    return Recording()
+
+
+def test_each_device_gets_its_share_of_every_batch(d2l, fmnist_dir):
+    """Batches of 64 on two devices, two steps: each device computes on 32 examples a step."""
+    seen = []
+    d2l.train(recording_mxnet_net(d2l, seen), [d2l.cpu(0), d2l.cpu(1)], batch_size=64, lr=0.1,
+              num_epochs=1, num_train=128, num_test=64, verbose=False)
+    assert seen == [("cpu(0)", 32), ("cpu(1)", 32)] * 2
+
+
+def test_learning_rate_warms_up_over_the_first_epochs_steps(d2l, fmnist_dir, monkeypatch):
+    """Three steps an epoch, ``warmup_epochs=1``: lr/3, 2 lr/3, then lr for every step."""
+    rates = []
+    set_learning_rate = d2l.gluon.Trainer.set_learning_rate
+    monkeypatch.setattr(d2l.gluon.Trainer, "set_learning_rate",
+                        lambda self, lr: rates.append(lr) or set_learning_rate(self, lr))
+    d2l.train(linear_mxnet_net(), [d2l.cpu(0)], batch_size=32, lr=0.3, num_epochs=2,
+              num_train=96, num_test=32, warmup_epochs=1.0, verbose=False)
+    assert rates == pytest.approx([0.1, 0.2, 0.3, 0.3, 0.3, 0.3])
+
+
+def test_every_timed_epoch_starts_and_ends_with_waitall(d2l, fmnist_dir, monkeypatch):
+    """The timer starts right after ``npx.waitall`` and stops right after another."""
+    events = []
+    waitall = d2l.npx.waitall
+    monkeypatch.setattr(d2l.npx, "waitall", lambda: events.append("waitall") or waitall())
+
+    class RecordingTimer(d2l.Timer):
+        def start(self) -> None:
+            events.append("start")
+            super().start()
+
+        def stop(self) -> float:
+            events.append("stop")
+            return super().stop()
+
+    monkeypatch.setattr(d2l, "Timer", RecordingTimer)
+    d2l.train(linear_mxnet_net(), [d2l.cpu(0)], batch_size=32, lr=0.1, num_epochs=2,
+              num_train=64, num_test=32, verbose=False)
+    assert events == ["waitall", "start", "waitall", "stop"] * 2
+
+
+def test_an_epochs_time_includes_its_queued_work(d2l, fmnist_dir):
+    """MXNet's engine is asynchronous on a CPU too: when the loop of a one-step epoch ends,
+    the step's products are still queued. The epoch's time must include them (without the
+    closing waitall it would be the time it took to queue them)."""
+    np = d2l.np
+    big = np.random.uniform(size=(512, 512))
+
+    class Heavy(d2l.nn.Block):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dense = d2l.nn.Dense(10)
+
+        def forward(self, X):
+            work = sum(np.dot(big, big).sum() for _ in range(16))
+            return self.dense(X) + 0 * work
+
+    work = d2l.measure(lambda: sum(np.dot(big, big).sum() for _ in range(16)), repeats=3)
+    result = d2l.train(Heavy(), [d2l.cpu(0)], batch_size=32, lr=0.1, num_epochs=1,
+                       num_train=32, num_test=32, verbose=False)
+    assert result.epoch_seconds[0] > 0.5 * work.min

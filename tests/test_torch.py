@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import copy
+import os
 import re
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,6 +26,7 @@ from d2l_ext.utils import TrainResult  # noqa: E402
 pytestmark = pytest.mark.usefixtures("private_cache")
 
 CPU = torch.device("cpu")
+TESTS = Path(__file__).resolve().parent
 LR = 0.2  # for the tiny CNN: 1 epoch of 1000-2000 images reaches about 0.5 test accuracy
 
 
@@ -439,3 +445,118 @@ def test_under_torchrun_the_batch_is_shared_by_world_size_ranks(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "3")
     with pytest.raises(ValueError, match="batch_size 64 is not a multiple of the 3 ranks"):
         d2l.train(nn.Linear(1, 1), [d2l.cpu()], 64, 0.1, 1)
+
+
+# ---------------------------------------------------------------- several steps per rank
+def sgd_by_hand(net: nn.Module, num_examples: int, world_size: int, batch_size: int, lr: float,
+                num_epochs: int, warmup_epochs: float, seed: int = 0) -> nn.Module:
+    """``net`` after the steps ``train`` promises, counted by hand: each epoch, rank ``r``
+    takes every ``world_size``-th index (from ``r`` on) of ``randperm`` seeded with
+    ``seed + epoch``, ``batch_size // world_size`` of them a step; a step follows the mean
+    gradient of all ranks' examples, at a rate that warms up linearly over
+    ``warmup_epochs`` epochs' steps."""
+    net = copy.deepcopy(net)
+    images, labels = fashion_mnist.load(True, num_examples=num_examples)
+    X = torch.from_numpy(images.copy()).float().div(255).unsqueeze(1)
+    y = torch.from_numpy(labels.astype("int64"))
+    per_rank = batch_size // world_size
+    steps = num_examples // world_size // per_rank
+    warmup = max(1, round(warmup_epochs * steps))
+    step = 0
+    for epoch in range(num_epochs):
+        g = torch.Generator()
+        g.manual_seed(seed + epoch)
+        order = torch.randperm(num_examples, generator=g)
+        shares = [order[r::world_size] for r in range(world_size)]
+        for k in range(steps):
+            batch = torch.cat([s[k * per_rank:(k + 1) * per_rank] for s in shares])
+            net.zero_grad()
+            nn.CrossEntropyLoss()(net(X[batch]), y[batch]).backward()
+            with torch.no_grad():
+                for p in net.parameters():
+                    p -= lr * min(1.0, (step + 1) / warmup) * p.grad
+            step += 1
+    return net
+
+
+def assert_same_weights(net: nn.Module, expected: nn.Module) -> None:
+    for p, q in zip(net.parameters(), expected.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+SEVERAL_STEPS = dict(batch_size=64, lr=1.0, num_epochs=2, num_train=128, num_test=64,
+                     warmup_epochs=1.0, verbose=False)
+
+
+def test_two_processes_take_half_the_batch_each_and_reshuffle_every_epoch(fmnist_dir):
+    """Two ranks, two steps of 32 examples each per epoch, two epochs, a warm-up over the
+    first epoch: the weights are those of the steps counted by hand (a rank that loaded the
+    whole batch, kept one epoch's order or skipped the warm-up would end elsewhere)."""
+    torch.manual_seed(0)
+    net = linear_torch_net()
+    expected = sgd_by_hand(net, 128, 2, 64, 1.0, 2, 1.0)
+    trained, _ = train_on_two_cpu_processes(net, **SEVERAL_STEPS)
+    assert_same_weights(trained, expected)
+
+
+def test_one_device_with_data_on_device_reshuffles_every_epoch_and_warms_up(fmnist_dir):
+    """The device loader on one device: three steps an epoch, a new order each epoch."""
+    torch.manual_seed(0)
+    net = linear_torch_net()
+    expected = sgd_by_hand(net, 96, 1, 32, 1.0, 2, 1.0)
+    d2l.train(net, [d2l.cpu()], **(SEVERAL_STEPS | dict(batch_size=32, num_train=96)),
+              data_on_device=True)
+    assert_same_weights(net, expected)
+
+
+def test_train_started_by_torchrun_shares_the_batch_over_its_ranks(tmp_path, fmnist_dir):
+    """``d2l.train`` in a script that ``torchrun`` starts twice: each rank trains on
+    ``devices[LOCAL_RANK]`` with 32 of the 64 examples a step, in one DDP group, and rank 0
+    ends with the weights counted by hand."""
+    torch.manual_seed(0)
+    net = linear_torch_net()
+    torch.save(net, tmp_path / "initial.pt")
+    expected = sgd_by_hand(net, 128, 2, 64, 1.0, 2, 1.0)
+    (tmp_path / "script.py").write_text(textwrap.dedent(f"""
+        import os
+        import sys
+
+        import torch
+
+        sys.path.insert(0, {str(TESTS)!r})
+        from d2l_ext import torch as d2l
+
+        net = torch.load("initial.pt", weights_only=False)
+        d2l.train(net, [d2l.cpu()], **{SEVERAL_STEPS!r})
+        if os.environ["RANK"] == "0":
+            torch.save(net.state_dict(), "trained.pt")
+    """), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node=2", "script.py"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120,
+                          env=dict(os.environ, OMP_NUM_THREADS="1",
+                                   D2L_DATA_DIR=str(fmnist_dir)))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    net.load_state_dict(torch.load(tmp_path / "trained.pt"))
+    assert_same_weights(net, expected)
+
+
+def test_every_timed_epoch_starts_and_ends_with_a_barrier(fmnist_dir, monkeypatch):
+    """The timer starts right after a barrier and stops right after another (on a GPU the
+    epoch would otherwise time the queueing, not the work)."""
+    events = []
+
+    class RecordingTimer(d2l.Timer):
+        def start(self) -> None:
+            events.append("start")
+            super().start()
+
+        def stop(self) -> float:
+            events.append("stop")
+            return super().stop()
+
+    monkeypatch.setattr(d2l, "Timer", RecordingTimer)
+    monkeypatch.setattr(d2l, "synchronize", lambda device=None: events.append("barrier"))
+    d2l.train(linear_torch_net(), [d2l.cpu()], 32, 0.1, 2, num_train=64, num_test=32,
+              verbose=False)
+    assert events == ["barrier", "start", "barrier", "stop"] * 2
