@@ -34,6 +34,8 @@ from d2l_ext.utils import text_table  # noqa: E402
 CHAPTERS = sources.chapter_names()
 #: Chapters that must have a table of published GPU measurements.
 GPU_PAGES = ["async-computation", "multi-gpu-concise"]
+#: Chapters whose tables quote measurements published outside d2l (blog posts, articles).
+QUOTING_PAGES = ["tuning-tips", "host-device-sync"]
 GPU_HEADING = re.compile(r"on a gpu|gpu 上", re.IGNORECASE)
 SOURCE_COLUMN = re.compile(r"source|来源|出处", re.IGNORECASE)
 DEVICE_COLUMN = re.compile(r"device|gpu|设备|硬件", re.IGNORECASE)
@@ -133,6 +135,16 @@ def test_the_gpu_pages_quote_published_measurements_with_links(lang, name):
         assert rows and all(re.search(r"\]\(https://github\.com/d2l-ai/[^)]+/blob/[0-9a-f]{40}/",
                                       row[source]) for row in rows), \
             f"{lang}/{name}.md: each quoted figure links to the commit it was found in"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("name", QUOTING_PAGES)
+def test_the_pages_that_quote_published_gpu_measurements_put_them_in_tables(lang, name):
+    tables = gpu_tables(_text(lang, name))
+    assert tables, f"{lang}/{name}.md has no table under an 'On a GPU' heading"
+    for _, header, rows in tables:
+        source = next(i for i, h in enumerate(header) if SOURCE_COLUMN.search(h))
+        assert rows and all(re.search(r"\]\(https://[^)]+\)", row[source]) for row in rows)
 
 
 GOOD = """# Demo
