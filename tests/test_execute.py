@@ -131,6 +131,9 @@ def test_an_interrupted_run_leaves_the_committed_notebooks(book):
     execute.execute("demo", "torch")
     before = (root / "notebooks" / "zh" / "torch" / "demo.ipynb").read_bytes()
     book("import time\ntime.sleep(60)")
+    # Ctrl-C as in a terminal, even where the tests were started in the background (a shell
+    # without job control starts background jobs with SIGINT ignored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(8, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
@@ -139,6 +142,7 @@ def test_an_interrupted_run_leaves_the_committed_notebooks(book):
             execute.execute("demo", "torch")
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert "committed notebooks are unchanged" in " ".join(getattr(stopped.value, "__notes__",
                                                                    []))
     assert (root / "notebooks" / "zh" / "torch" / "demo.ipynb").read_bytes() == before
@@ -146,8 +150,11 @@ def test_an_interrupted_run_leaves_the_committed_notebooks(book):
 
 
 STOP_RUNNER = """
+import signal
 import sys
 from pathlib import Path
+# Ctrl-C as in a terminal, even where the tests were started in the background
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {tools!r})
 import book
 from pipeline import config
