@@ -80,3 +80,28 @@ def chapter_script():
         return found.group(1)
 
     return read
+
+
+@pytest.fixture
+def timer_events(monkeypatch):
+    """A list that records "start" and "stop" of every ``Timer`` of ``d2l_ext`` (as
+    ``d2l_ext.torch`` and ``d2l_ext.mxnet`` name it), for tests that check the barriers
+    around timed regions: call the fixture's ``patch(module)`` first."""
+    from d2l_ext.utils import Timer
+
+    events: list[str] = []
+
+    class RecordingTimer(Timer):
+        def start(self) -> None:
+            events.append("start")
+            super().start()
+
+        def stop(self) -> float:
+            events.append("stop")
+            return super().stop()
+
+    def patch(module) -> list[str]:
+        monkeypatch.setattr(module, "Timer", RecordingTimer)
+        return events
+
+    return patch

@@ -125,26 +125,22 @@ def test_both_editions_have_the_same_gpu_tables(name):
                          for row in zh_rows], f"{name}: the editions cite different sources"
 
 
+#: What a quoted figure's source links to: d2l's notebooks at the commit the figure was found
+#: in; a published article or its programs elsewhere.
+D2L_COMMIT_LINK = r"\]\(https://github\.com/d2l-ai/[^)]+/blob/[0-9a-f]{40}/"
+ANY_LINK = r"\]\(https://[^)]+\)"
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
-@pytest.mark.parametrize("name", GPU_PAGES)
-def test_the_gpu_pages_quote_published_measurements_with_links(lang, name):
+@pytest.mark.parametrize("name, link", [(name, D2L_COMMIT_LINK) for name in GPU_PAGES]
+                         + [(name, ANY_LINK) for name in QUOTING_PAGES])
+def test_the_gpu_pages_quote_published_measurements_with_links(lang, name, link):
     tables = gpu_tables(_text(lang, name))
     assert tables, f"{lang}/{name}.md has no table under an 'On a GPU' heading"
     for _, header, rows in tables:
         source = next(i for i, h in enumerate(header) if SOURCE_COLUMN.search(h))
-        assert rows and all(re.search(r"\]\(https://github\.com/d2l-ai/[^)]+/blob/[0-9a-f]{40}/",
-                                      row[source]) for row in rows), \
-            f"{lang}/{name}.md: each quoted figure links to the commit it was found in"
-
-
-@pytest.mark.parametrize("lang", ["en", "zh"])
-@pytest.mark.parametrize("name", QUOTING_PAGES)
-def test_the_pages_that_quote_published_gpu_measurements_put_them_in_tables(lang, name):
-    tables = gpu_tables(_text(lang, name))
-    assert tables, f"{lang}/{name}.md has no table under an 'On a GPU' heading"
-    for _, header, rows in tables:
-        source = next(i for i, h in enumerate(header) if SOURCE_COLUMN.search(h))
-        assert rows and all(re.search(r"\]\(https://[^)]+\)", row[source]) for row in rows)
+        assert rows and all(re.search(link, row[source]) for row in rows), \
+            f"{lang}/{name}.md: each quoted figure links to its source"
 
 
 GOOD = """# Demo

@@ -403,22 +403,12 @@ def test_learning_rate_warms_up_over_the_first_epochs_steps(d2l, fmnist_dir, mon
     assert rates == pytest.approx([0.1, 0.2, 0.3, 0.3, 0.3, 0.3])
 
 
-def test_every_timed_epoch_starts_and_ends_with_waitall(d2l, fmnist_dir, monkeypatch):
+def test_every_timed_epoch_starts_and_ends_with_waitall(d2l, fmnist_dir, monkeypatch,
+                                                      timer_events):
     """The timer starts right after ``npx.waitall`` and stops right after another."""
-    events = []
+    events = timer_events(d2l)
     waitall = d2l.npx.waitall
     monkeypatch.setattr(d2l.npx, "waitall", lambda: events.append("waitall") or waitall())
-
-    class RecordingTimer(d2l.Timer):
-        def start(self) -> None:
-            events.append("start")
-            super().start()
-
-        def stop(self) -> float:
-            events.append("stop")
-            return super().stop()
-
-    monkeypatch.setattr(d2l, "Timer", RecordingTimer)
     d2l.train(linear_mxnet_net(), [d2l.cpu(0)], batch_size=32, lr=0.1, num_epochs=2,
               num_train=64, num_test=32, verbose=False)
     assert events == ["waitall", "start", "waitall", "stop"] * 2

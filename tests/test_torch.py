@@ -541,21 +541,11 @@ def test_train_started_by_torchrun_shares_the_batch_over_its_ranks(tmp_path, fmn
     assert_same_weights(net, expected)
 
 
-def test_every_timed_epoch_starts_and_ends_with_a_barrier(fmnist_dir, monkeypatch):
+def test_every_timed_epoch_starts_and_ends_with_a_barrier(fmnist_dir, monkeypatch,
+                                                         timer_events):
     """The timer starts right after a barrier and stops right after another (on a GPU the
     epoch would otherwise time the queueing, not the work)."""
-    events = []
-
-    class RecordingTimer(d2l.Timer):
-        def start(self) -> None:
-            events.append("start")
-            super().start()
-
-        def stop(self) -> float:
-            events.append("stop")
-            return super().stop()
-
-    monkeypatch.setattr(d2l, "Timer", RecordingTimer)
+    events = timer_events(d2l)
     monkeypatch.setattr(d2l, "synchronize", lambda device=None: events.append("barrier"))
     d2l.train(linear_torch_net(), [d2l.cpu()], 32, 0.1, 2, num_train=64, num_test=32,
               verbose=False)
