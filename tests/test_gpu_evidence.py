@@ -35,7 +35,7 @@ CHAPTERS = sources.chapter_names()
 #: Chapters that must have a table of published GPU measurements.
 GPU_PAGES = ["async-computation", "multi-gpu-concise"]
 #: Chapters whose tables quote measurements published outside d2l (blog posts, articles).
-QUOTING_PAGES = ["tuning-tips", "host-device-sync"]
+QUOTING_PAGES = ["tuning-tips", "host-device-sync", "gpu-basics"]
 GPU_HEADING = re.compile(r"on a gpu|gpu 上", re.IGNORECASE)
 SOURCE_COLUMN = re.compile(r"source|来源|出处", re.IGNORECASE)
 DEVICE_COLUMN = re.compile(r"device|gpu|设备|硬件", re.IGNORECASE)
