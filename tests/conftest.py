@@ -71,13 +71,19 @@ def run_python():
 @pytest.fixture(scope="session")
 def chapter_script():
     """``chapter_script(chapter, name)``: the script that the English ``chapter`` writes to
-    ``name`` with ``%%writefile``, so that tests run the code the page shows."""
+    ``name`` with ``%%writefile`` (and extends with ``%%writefile -a``), as the page builds
+    it, so that tests run the code the page shows."""
     def read(chapter: str, name: str) -> str:
         source = (Path(__file__).resolve().parents[1] / "chapters" / "en" / f"{chapter}.md"
                   ).read_text(encoding="utf-8")
-        found = re.search(rf"^%%writefile {re.escape(name)}\n(.*?)^```", source, re.S | re.M)
-        assert found, f"{chapter}.md writes no {name}"
-        return found.group(1)
+        cells = re.findall(rf"^%%writefile( -a)? {re.escape(name)}\n(.*?)^```", source,
+                           re.S | re.M)
+        assert cells, f"{chapter}.md writes no {name}"
+        assert not cells[0][0], f"{chapter}.md appends to {name} before writing it"
+        script = ""
+        for append, body in cells:
+            script = script + body if append else body
+        return script
 
     return read
 

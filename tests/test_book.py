@@ -393,6 +393,17 @@ SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab m
          "mx.profiler.set_config(profile_memory=True", "mx.profiler.Marker(",
          "device.empty_cache()", "mx.cpu_pinned(0)", "d2l.measure(", "np.dot(",
          "gluon.utils.split_and_load(", "p.list_grad()", 'mx.Context("cpu_shared", 0)')),
+    "communication": (
+        ("comm.spawn(", "dist.send(", "dist.recv(", "dist.isend(", "dist.irecv(",
+         "dist.all_reduce(", "comm.timing(", "comm.fit_alpha_beta(", "def ring_all_reduce(",
+         "def server_all_reduce(", "comm.bus_bandwidth(", "def average_gradients(",
+         "DDP(mlp(width))", "bucket_cap_mb=", "export_chrome_trace(", "trace.plot_timeline(",
+         "ddp.no_sync()", "register_comm_hook(", "default_hooks.fp16_compress_hook",
+         "powerSGD_hook.PowerSGDState(", "%%writefile comm_lab.py"),
+        ("mx.kv.create(", "kv.push(", "kv.pull(", "kv.pushpull(", "kvstore.launch(",
+         "%%writefile ps_hello.py", "split_and_load(", "set_gradient_compression(",
+         "kv.set_optimizer(", 'grad_req = "add"', "comm.fit_alpha_beta(", "kvstore.timing(",
+         "gluon.Trainer(", "d2l.measure(")),
 }
 
 

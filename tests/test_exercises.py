@@ -421,3 +421,23 @@ def test_gpu_basics_exercise_5_batchnorm_over_two_devices(framework):
         assert "Not quite" in run(cell, f"bn_outputs_match = {wrong}")
     assert run(cell, "bn_outputs_match = False", "zh").startswith("正确")
     assert run(cell, "bn_outputs_match = None", "zh").startswith("练习 5")
+
+
+# ------------------------------------------------------------ communication
+def test_communication_exercise_1_bytes_a_ring_sends():
+    cell = check_cell("communication", "exercise 1")
+    assert run(cell, "megabytes_sent = 175").startswith("Correct")
+    assert run(cell, "megabytes_sent = 2 * 7 / 8 * 100").startswith("Correct")
+    assert "count the chunks" in run(cell, "megabytes_sent = 100")
+    assert "Not quite" in run(cell, "megabytes_sent = 87.5")  # one half only
+    assert run(cell, "megabytes_sent = 175.0", "zh").startswith("正确")
+    assert run(cell, "megabytes_sent = None", "zh").startswith("练习 1")
+
+
+def test_communication_exercise_2_ring_and_server_times():
+    cell = check_cell("communication", "exercise 2")
+    assert run(cell, "ring_ms, server_ms = 15.3, 60.3").startswith("Correct")
+    assert run(cell, "ring_ms, server_ms = 15.30, 60.30", "zh").startswith("正确")
+    assert "Not quite" in run(cell, "ring_ms, server_ms = 15.0, 60.0")  # no latencies
+    assert "Not quite" in run(cell, "ring_ms, server_ms = 60.3, 15.3")  # swapped
+    assert run(cell, "ring_ms, server_ms = None, None").startswith("Exercise 2")
