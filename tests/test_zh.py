@@ -34,10 +34,15 @@ NAMES = {"cpu", "gpu", "cuda"}
 PROFILER_TABLE = re.compile(r"^\s*(-{10,}|={10,})[\s=-]*$", re.M)
 
 
+#: The report of PyTorch's CUDA sanitizer (CSAN), from its "====" rule to its error line.
+SANITIZER_REPORT = re.compile(r"^={10,}\n(?:.*\n)*?.*CUDASanitizerErrors.*$", re.M)
+
+
 def english_runs(text: str) -> list[str]:
     """The runs of English words in ``text`` that are not code, API names or tool output."""
     if PROFILER_TABLE.search(text) and re.search(r"^\s*Name\s{2,}", text, re.M):
         return []
+    text = SANITIZER_REPORT.sub("", text)
     found = []
     for line in text.splitlines():
         if TOOL_LINE.match(line):
@@ -62,6 +67,12 @@ def test_the_detector_finds_sentences_and_spares_code_and_tools():
     table = "-----------  ------------\nName    Self CPU   CPU total\n-----------  ------------\n"
     assert english_runs(table) == []
     assert english_runs("Name    Self CPU   CPU total") == ["Name    Self CPU   CPU total"]
+    report = ("--- stream_race.py：退出码 1\n" + "=" * 28 + "\nCSAN detected a possible data "
+              "race on tensor\nAccess by stream 42 during kernel:\nreading from argument(s) "
+              "self\ntorch.cuda._sanitizer.CUDASanitizerErrors: detected 1 errors\nthe end of "
+              "it all\n")
+    assert english_runs(report) == ["the end of it all"]
+    assert english_runs('警告："called a synchronizing CUDA operation"') == []
 
 
 def _outputs(nb) -> list[tuple[int, str]]:
