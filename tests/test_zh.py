@@ -111,7 +111,7 @@ AVOID = {
 
 
 #: 秩 is a matrix's rank (PowerSGD's low-rank approximation), never a process's.
-MATRIX_RANK = re.compile(r"秩（rank）为|秩为|随秩")
+MATRIX_RANK = re.compile(r"秩（rank）为|秩为|随秩|矩阵的秩")
 
 
 @pytest.mark.parametrize("name", CHAPTERS + ["index"])
