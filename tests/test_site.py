@@ -312,3 +312,22 @@ def test_gpu_basics_page_shows_each_framework_its_data_parallel(page, site_url, 
     assert mx_version.is_visible() and not primitives.is_visible()
     assert mx_check.is_visible() and not torch_check.is_visible()  # each its own exercises
     assert page.errors == []
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_communication_page_shows_each_framework_its_own_messages(page, site_url, lang):
+    """The hand-written all-reduces (send/recv) and the comparison with dist.all_reduce under
+    the PyTorch tab; a real parameter-server job (dist_sync KVStore) under the MXNet tab; the
+    run's checks in the page's language."""
+    page.goto(f"{site_url}/{lang}/chapters/communication.html")
+    page.locator(".book-bar .fw-tab[data-fw=torch]").click()
+    ring = page.locator(".tag_torch", has_text="def ring_all_reduce(x):")
+    check = page.locator(".tag_torch",
+                         has_text="checked = {k: comm.spawn(comm_lab.check_all_reduces")
+    server_job = page.locator(".tag_mxnet", has_text="%%writefile ps_hello.py")
+    assert ring.is_visible() and check.is_visible() and not server_job.is_visible()
+    assert {"en": "ring True, server True", "zh": "环 True，服务器 True"}[lang] in \
+        check.inner_text()
+    page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
+    assert server_job.is_visible() and not ring.is_visible()
+    assert page.errors == []
