@@ -61,9 +61,10 @@ time.sleep(600)
 """
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def mxnet_ok(numpy_too_new):
-    """Skip where the workers could not import MXNet 1.9.1."""
+    """Skip where the workers could not import MXNet 1.9.1 (every test here starts or
+    checks MXNet jobs; they run in the full environment)."""
     if numpy_too_new:
         pytest.skip("MXNet 1.9.1 needs numpy < 1.24")
     if importlib.util.find_spec("mxnet") is None:  # found, not imported: workers import it
