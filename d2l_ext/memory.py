@@ -29,6 +29,22 @@ Two sources, one meaning:
   ``record_function`` range. The readings are computed when the block ends, so on a CPU
   :attr:`Tracker.readings` is available only after the ``with`` block.
 
+:meth:`Tracker.timeline` gives, on a CPU, every change between the marks (for a figure).
+
+Counting, to set beside the measurements: :func:`tensor_bytes` (each storage once),
+:func:`parameter_bytes`, :func:`gradient_bytes`, :func:`optimizer_state_bytes`, and
+:class:`SavedTensors`, which records what autograd keeps for the backward pass.
+:func:`load_timeline` reads a memory timeline that PyTorch's profiler exported
+(``export_memory_timeline_raw``), by category.
+
+A third source, for a CPU, on request (``Tracker(device, source="malloc")``): the C
+library's own books (glibc's ``mallinfo2``: bytes in use, all threads). The profiler sees
+only the allocations and frees of the threads it profiles, so in processes whose
+communication library frees tensors on its own threads (gloo's, with DDP or FSDP) its total
+drifts upwards; the C library sees every thread, but also everything else the process
+allocates (Python objects, the communication library's buffers), and has no peak between
+marks (``peak`` is the reading itself). Linux with glibc only.
+
 Tensors that existed before the block are not counted. On a CPU their frees are not seen
 either (PyTorch logs a warning that a block of unknown size was freed): free them before the
 block, not inside it. The profiler sees the allocations of the thread that runs the block and
@@ -39,15 +55,21 @@ first profile to keep the profiler from logging its start and stop.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
+import gzip
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Reading", "Tracker"]
+__all__ = ["CATEGORIES", "Reading", "SavedTensors", "Tracker", "gradient_bytes",
+           "load_timeline", "malloc_in_use", "optimizer_state_bytes", "parameter_bytes",
+           "tensor_bytes"]
 
 _MARK = "d2l_ext.memory.mark:"  # the name of the profiler range that stands for a mark
 
@@ -69,14 +91,24 @@ class Tracker:
     """Read the memory that the code inside ``with Tracker(device):`` allocates on
     ``device`` at each :meth:`mark` (see the module's docstring)."""
 
-    def __init__(self, device: torch.device | str) -> None:
+    def __init__(self, device: torch.device | str, source: str | None = None) -> None:
         self.device = torch.device(device)
-        #: where the numbers come from: ``"allocator"`` (an accelerator) or ``"profiler"``
-        self.source = "profiler" if self.device.type == "cpu" else "allocator"
+        default = "profiler" if self.device.type == "cpu" else "allocator"
+        #: where the numbers come from: ``"allocator"`` (an accelerator), ``"profiler"`` (a
+        #: CPU, the default) or ``"malloc"`` (a CPU, on request)
+        self.source = source or default
+        allowed = ("profiler", "malloc") if self.device.type == "cpu" else ("allocator",)
+        if self.source not in allowed:
+            raise ValueError(f"source {self.source!r} does not read {self.device.type} memory; "
+                             f"use one of {allowed}.")
+        if self.source == "malloc" and malloc_in_use() is None:
+            raise ValueError('source="malloc" needs glibc (Linux); use source="profiler".')
         self._labels: list[str] = []
         self._readings: list[Reading] = []
         self._profile = None
         self._active = False
+        self._changes: list[tuple[float, int]] = []
+        self._mark_times: list[float] = []
 
     # ------------------------------------------------------------ the block
     def __enter__(self) -> Tracker:
@@ -87,6 +119,9 @@ class Tracker:
             self._counters = _Counters(self.device)
             self._counters.reset_peak()
             self._baseline = self._counters.allocated()
+        elif self.source == "malloc":
+            gc.collect()
+            self._baseline = malloc_in_use()
         else:
             gc.collect()  # no collection of earlier garbage inside the block, if possible
             from torch.profiler import ProfilerActivity, profile
@@ -114,13 +149,16 @@ class Tracker:
             self._readings.append(Reading(label, c.allocated() - self._baseline,
                                           c.peak() - self._baseline, c.reserved()))
             c.reset_peak()
+        elif self.source == "malloc":
+            now = malloc_in_use() - self._baseline
+            self._readings.append(Reading(label, now, now, None))
         else:
             with torch.profiler.record_function(f"{_MARK}{len(self._labels) - 1}"):
                 pass
 
     @property
     def readings(self) -> list[Reading]:
-        """One :class:`Reading` per mark, in order (on a CPU: after the block)."""
+        """One :class:`Reading` per mark, in order (from the profiler: after the block)."""
         if self._active and self.source == "profiler":
             raise RuntimeError("on a CPU the readings come from the profiler: read them after "
                                "the `with Tracker(...)` block.")
@@ -129,6 +167,23 @@ class Tracker:
     def peak(self) -> int:
         """The highest ``allocated`` of the whole block up to its last mark (bytes)."""
         return max((r.peak for r in self.readings), default=0)
+
+    def timeline(self) -> tuple[list[float], list[int], list[float]]:
+        """On a CPU, after the block: the times (ms since the block began) at which the
+        allocated bytes changed, the bytes after each change, and the times of the marks."""
+        if self.source != "profiler":
+            raise RuntimeError("a timeline comes from the CPU's profiler (source='profiler'); "
+                               "on an accelerator use torch.cuda.memory._record_memory_history.")
+        self.readings  # noqa: B018 - raises inside the block
+        start = self._changes[0][0] if self._changes else 0.0
+        if self._mark_times:
+            start = min(start, self._mark_times[0])
+        times, sizes, total = [], [], 0
+        for ts, delta in self._changes:
+            total += delta
+            times.append((ts - start) / 1e3)
+            sizes.append(total)
+        return times, sizes, [(ts - start) / 1e3 for ts in self._mark_times]
 
     # ------------------------------------------------------------ the CPU's profile
     def _from_trace(self, profile) -> list[Reading]:
@@ -149,6 +204,8 @@ class Tracker:
         if sorted(marks) != list(range(len(self._labels))):
             raise RuntimeError(f"the profile holds {len(marks)} of the {len(self._labels)} "
                                "marks; was another profiler running?")
+        self._changes = [c for c in changes if c[0] <= max(marks.values(), default=0)]
+        self._mark_times = [marks[i] for i in range(len(self._labels))]
         readings, total, i = [], 0, 0
         for index, label in enumerate(self._labels):
             peak = total
@@ -158,6 +215,35 @@ class Tracker:
                 i += 1
             readings.append(Reading(label, total, peak, None))
         return readings
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _mallinfo2():
+    name = ctypes.util.find_library("c")
+    try:
+        function = ctypes.CDLL(name).mallinfo2
+    except (OSError, AttributeError, TypeError):
+        return None
+    function.restype = _MallInfo2
+    return function
+
+
+_MALLINFO2 = _mallinfo2()
+
+
+def malloc_in_use() -> int | None:
+    """Bytes the C library's ``malloc`` has handed out and not taken back, in all threads of
+    this process (glibc's ``mallinfo2``: in-use heap chunks plus mapped blocks); None where
+    the C library has no ``mallinfo2``."""
+    if _MALLINFO2 is None:
+        return None
+    info = _MALLINFO2()
+    return info.uordblks + info.hblkhd
 
 
 def _on_cpu(args: dict) -> bool:
@@ -194,3 +280,114 @@ class _Counters:
 
     def reset_peak(self) -> None:
         self.api.reset_peak_memory_stats(self.index)
+
+
+# ---------------------------------------------------------------------- counting
+def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """The bytes of the storages behind ``tensors``, each storage counted once (views and
+    a tensor listed twice share one)."""
+    seen: dict[tuple[str, int], int] = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        seen[(str(t.device), storage.data_ptr())] = storage.nbytes()
+    return sum(seen.values())
+
+
+def parameter_bytes(module: torch.nn.Module, buffers: bool = False) -> int:
+    """The bytes of ``module``'s parameters (and of its buffers, e.g. BatchNorm's running
+    statistics, with ``buffers=True``)."""
+    tensors = list(module.parameters())
+    if buffers:
+        tensors += list(module.buffers())
+    return tensor_bytes(tensors)
+
+
+def gradient_bytes(module: torch.nn.Module) -> int:
+    """The bytes of the ``.grad`` tensors of ``module``'s parameters that exist now."""
+    return tensor_bytes(p.grad for p in module.parameters() if p.grad is not None)
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """The bytes of the tensors an optimizer keeps between steps (momentum buffers, Adam's
+    two moments, step counters); an optimizer's state appears at its first ``step``."""
+    return tensor_bytes(v for state in optimizer.state.values() for v in state.values()
+                        if isinstance(v, torch.Tensor))
+
+
+class SavedTensors:
+    """Record the tensors autograd saves for the backward pass while the block runs
+    (``torch.autograd.graph.saved_tensors_hooks``): their storages' bytes, each storage
+    once, leaving out the storages of ``exclude`` (e.g. the parameters, which exist anyway).
+
+    ::
+
+        with SavedTensors(exclude=net.parameters()) as saved:
+            loss = loss_fn(net(X), y)
+        saved.nbytes  # the activations this forward pass keeps alive until backward
+    """
+
+    def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
+        self._exclude = {(str(t.device), t.untyped_storage().data_ptr()) for t in exclude}
+        self._storages: dict[tuple[str, int], int] = {}
+        self._hooks = None
+
+    def __enter__(self) -> SavedTensors:
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            storage = t.untyped_storage()
+            key = (str(t.device), storage.data_ptr())
+            if key not in self._exclude and storage.nbytes() > 0:
+                self._storages[key] = storage.nbytes()
+            return t
+
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        hooks, self._hooks = self._hooks, None
+        hooks.__exit__(*exc)
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the distinct storages saved so far."""
+        return sum(self._storages.values())
+
+    @property
+    def count(self) -> int:
+        """How many distinct storages were saved."""
+        return len(self._storages)
+
+
+#: the categories of PyTorch's memory profiler, in the order of its raw timeline's indices
+CATEGORIES = ("parameter", "optimizer state", "input", "temporary", "activation", "gradient",
+              "autograd detail", "unknown")
+
+
+def load_timeline(path: str) -> tuple[list[float], list[list[int]]]:
+    """Read a raw memory timeline that ``torch.profiler.profile.export_memory_timeline_raw``
+    wrote (JSON, gzipped or not): events ``[time_ns, action, bytes, category index]``.
+    Return the times in ms from the first timed event, and for each time the bytes held in
+    each of :data:`CATEGORIES`. Tensors that existed before the profile (time -1) count
+    from the start."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        events = json.load(f)
+    if not isinstance(events, list) or any(len(e) != 4 for e in events):
+        raise ValueError(f"{path} is not a raw memory timeline: expected a JSON list of "
+                         "[time, action, bytes, category] events.")
+    start = min((e[0] for e in events if e[0] >= 0), default=0)
+    times: list[float] = []
+    sizes: list[list[int]] = []
+    current = [0] * len(CATEGORIES)
+    for t, _action, nbytes, category in sorted(events, key=lambda e: max(e[0], start)):
+        if not 0 <= category < len(CATEGORIES):
+            raise ValueError(f"{path}: category index {category} is not one of "
+                             f"0..{len(CATEGORIES) - 1}.")
+        current[category] += nbytes
+        t_ms = (max(t, start) - start) / 1e6
+        if times and times[-1] == t_ms:
+            sizes[-1] = list(current)
+        else:
+            times.append(t_ms)
+            sizes.append(list(current))
+    return times, sizes

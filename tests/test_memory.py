@@ -187,3 +187,266 @@ def test_without_torch_accelerator_counters_cuda_uses_torch_cuda(monkeypatch):
     assert tracker.readings[0].allocated == 2 * MiB
     with pytest.raises(ValueError, match="no memory counters for xpu"):
         memory.Tracker("xpu").__enter__()
+
+
+# ---------------------------------------------------------------------- the CPU's timeline
+def test_the_timeline_follows_every_change_and_ends_at_the_last_reading():
+    with memory.Tracker(CPU) as tracker:
+        a = floats(1)
+        b = floats(2)
+        tracker.mark("both")
+        del b
+        tracker.mark("a")
+        late = floats(4)  # after the last mark: not part of the timeline
+    times, sizes, marks = tracker.timeline()
+    assert times == sorted(times) and len(marks) == 2 and marks == sorted(marks)
+    assert max(sizes) / MiB == pytest.approx(3)
+    assert sizes[-1] == tracker.readings[-1].allocated
+    assert all(t <= marks[-1] for t in times)
+    del a, late
+
+
+def test_a_timeline_needs_a_cpu_and_the_end_of_the_block(monkeypatch):
+    tracker = memory.Tracker(CPU)
+    with tracker:
+        with pytest.raises(RuntimeError, match="after"):
+            tracker.timeline()
+    monkeypatch.setattr(torch, "accelerator", FakeAllocator(), raising=False)
+    with memory.Tracker("cuda:1") as gpu:
+        gpu.mark("x")
+    with pytest.raises(RuntimeError, match="_record_memory_history"):
+        gpu.timeline()
+
+
+# ---------------------------------------------------------------------- counting
+def test_tensor_bytes_counts_each_storage_once():
+    x = torch.zeros(1000)
+    assert memory.tensor_bytes([x]) == 4000
+    assert memory.tensor_bytes([x, x, x[10:20], x.view(10, 100)]) == 4000  # views share it
+    assert memory.tensor_bytes([x, torch.zeros(10, dtype=torch.float64)]) == 4080
+    assert memory.tensor_bytes([torch.zeros(7, dtype=torch.bfloat16)]) == 14  # odd size
+    assert memory.tensor_bytes([]) == 0
+
+
+def test_parameters_gradients_and_buffers():
+    net = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.BatchNorm1d(5))
+    numbers = 3 * 5 + 5 + 5 + 5  # linear weight and bias, BatchNorm weight and bias
+    assert memory.parameter_bytes(net) == numbers * 4
+    # buffers: running mean and variance (float32), num_batches_tracked (one int64)
+    assert memory.parameter_bytes(net, buffers=True) == numbers * 4 + 10 * 4 + 8
+    assert memory.gradient_bytes(net) == 0
+    net(torch.randn(4, 3)).sum().backward()
+    assert memory.gradient_bytes(net) == numbers * 4
+
+
+@pytest.mark.parametrize("make, per_parameter", [
+    (lambda p: torch.optim.SGD(p, lr=0.1), 0),  # plain SGD keeps nothing
+    (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), 1),
+    (lambda p: torch.optim.Adam(p), 2),
+    (lambda p: torch.optim.AdamW(p, foreach=False), 2),
+])
+def test_optimizer_state_is_counted_after_the_first_step(make, per_parameter):
+    net = torch.nn.Linear(100, 10)
+    optimizer = make(net.parameters())
+    assert memory.optimizer_state_bytes(optimizer) == 0  # no state before the first step
+    net(torch.randn(2, 100)).sum().backward()
+    optimizer.step()
+    # Adam also keeps a step counter per parameter: a float32 scalar each
+    counters = 2 * 4 if isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW) else 0
+    assert memory.optimizer_state_bytes(optimizer) == (
+        per_parameter * memory.parameter_bytes(net) + counters)
+
+
+def test_saved_tensors_are_what_backward_needs_each_storage_once():
+    x = torch.randn(64, 32)
+    w = torch.randn(32, 16, requires_grad=True)
+    with memory.SavedTensors(exclude=[x, w]) as saved:
+        h = torch.relu(x @ w)  # the product saves x (excluded); relu saves its result
+        z = (h * h).sum()  # saves h twice: one storage
+    assert saved.nbytes == 64 * 16 * 4 and saved.count == 1
+    with memory.SavedTensors() as everything:
+        torch.relu(x @ w).sum()
+    # x needs no gradient, so w is not saved: only what the backward pass will use
+    assert everything.nbytes == (64 * 32 + 64 * 16) * 4
+    with torch.no_grad(), memory.SavedTensors() as nothing:
+        torch.relu(x @ w)
+    assert nothing.nbytes == 0 and nothing.count == 0
+    after = torch.relu(x @ w)  # the hooks are gone after the block
+    assert saved.count == 1
+    z.backward()
+    del after
+
+
+def test_saved_tensors_of_a_network_match_the_count_by_layers():
+    """An MLP of Linear + ReLU layers keeps one batch x width tensor per ReLU (the next
+    Linear saves the same tensor as its input) and log-softmax's output for the loss."""
+    batch, width, layers = 8, 24, 3
+    net = torch.nn.Sequential(torch.nn.Linear(10, width), torch.nn.ReLU(),
+                              *[m for _ in range(layers - 1)
+                                for m in (torch.nn.Linear(width, width), torch.nn.ReLU())],
+                              torch.nn.Linear(width, 5))
+    X, y = torch.randn(batch, 10), torch.randint(0, 5, (batch,))
+    with memory.SavedTensors(exclude=[*net.parameters(), X, y]) as saved:
+        loss = torch.nn.functional.cross_entropy(net(X), y)
+    # cross-entropy's negative log-likelihood also saves a scalar (the total weight)
+    assert saved.nbytes - (layers * batch * width + batch * 5) * 4 in (0, 4)
+    loss.backward()
+
+
+# ---------------------------------------------------------------------- raw timelines
+def write_raw(path, events):
+    import gzip
+    import json
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "wt", encoding="utf-8") as f:
+        json.dump(events, f)
+
+
+@pytest.mark.parametrize("name", ["t.raw.json", "t.raw.json.gz"])
+def test_load_timeline_sums_bytes_by_category_over_time(tmp_path, name):
+    path = tmp_path / name
+    write_raw(path, [[-1, 1, 100, 0],  # a parameter from before the profile
+                     [2_000_000, 2, 50, 4],  # an activation, 1 ms later
+                     [1_000_000, 2, 30, 5],  # a gradient (events need not be sorted)
+                     [3_000_000, 4, -50, 4],  # the activation freed
+                     [3_000_000, 2, 8, 7]])  # same time: one row
+    times, sizes = memory.load_timeline(str(path))
+    assert times == [0, 1, 2]
+    parameter, activation, gradient, unknown = 0, 4, 5, 7
+    assert [s[parameter] for s in sizes] == [100, 100, 100]
+    assert [s[gradient] for s in sizes] == [30, 30, 30]
+    assert [s[activation] for s in sizes] == [0, 50, 0]
+    assert [s[unknown] for s in sizes] == [0, 0, 8]
+    assert memory.CATEGORIES[activation] == "activation"
+
+
+def test_load_timeline_refuses_what_is_not_a_raw_timeline(tmp_path):
+    path = tmp_path / "bad.json"
+    write_raw(path, {"traceEvents": []})
+    with pytest.raises(ValueError, match="not a raw memory timeline"):
+        memory.load_timeline(str(path))
+    write_raw(path, [[0, 2, 10, 9]])
+    with pytest.raises(ValueError, match="category index 9"):
+        memory.load_timeline(str(path))
+
+
+def test_the_shipped_timeline_is_resnet50_with_momentum_at_batch_32():
+    """The book's reading of the HolisticTraceAnalysis timeline (see its PROVENANCE.md)."""
+    from importlib import resources
+    path = resources.files("d2l_ext") / "data/memory_timelines/hta_memory_timeline.raw.json.gz"
+    times, sizes = memory.load_timeline(str(path))
+    at_peak = max(sizes, key=sum)
+    named = dict(zip(memory.CATEGORIES, at_peak, strict=True))
+    assert named["optimizer state"] == 25_557_032 * 4
+    assert named["parameter"] == (25_557_032 + 2 * 26_560) * 4
+    assert named["input"] == 32 * 3 * 224 * 224 * 4 + 32 * 1000 * 4
+    assert named["activation"] > 2e9 and times[-1] > 0
+
+
+# ---------------------------------------------------------------------- the C library's books
+needs_glibc = pytest.mark.skipif(memory.malloc_in_use() is None, reason="needs glibc")
+
+
+def free_in_another_thread(tensors: list) -> None:
+    """Drop the last reference to the tensors from a thread the profiler does not follow (as
+    a communication library's thread does when its work completes)."""
+    worker = threading.Thread(target=tensors.clear)
+    worker.start()
+    worker.join()
+
+
+@needs_glibc
+def test_frees_on_other_threads_escape_the_profiler_but_not_malloc():
+    """The reason for source="malloc": the profiler's running total keeps a tensor that a
+    thread it does not profile freed; the C library's count lets it go."""
+    readings = {}
+    for source in ("profiler", "malloc"):
+        with memory.Tracker(CPU, source=source) as tracker:
+            held = [floats(32)]
+            tracker.mark("allocated")
+            free_in_another_thread(held)
+            tracker.mark("freed elsewhere")
+        readings[source] = [r.allocated / MiB for r in tracker.readings]
+    assert readings["profiler"] == pytest.approx([32, 32])  # the free was not seen
+    allocated, freed = readings["malloc"]
+    assert allocated == pytest.approx(32, abs=1) and abs(freed) < 1
+
+
+@needs_glibc
+def test_malloc_readings_are_read_at_each_mark_and_have_no_separate_peak():
+    with memory.Tracker(CPU, source="malloc") as tracker:
+        a = floats(16)
+        tracker.mark("a")
+        assert tracker.readings[0].allocated / MiB == pytest.approx(16, abs=1)  # at once
+        b = floats(8)
+        del b
+        tracker.mark("temporary gone")
+    first, second = tracker.readings
+    assert second.allocated / MiB == pytest.approx(16, abs=1)
+    assert [r.peak for r in tracker.readings] == [r.allocated for r in tracker.readings]
+    assert tracker.source == "malloc" and first.reserved is None
+    with pytest.raises(RuntimeError, match="profiler"):
+        tracker.timeline()
+    del a
+
+
+def test_a_source_must_fit_the_device(monkeypatch):
+    with pytest.raises(ValueError, match="does not read cpu memory"):
+        memory.Tracker(CPU, source="allocator")
+    with pytest.raises(ValueError, match="does not read cuda memory"):
+        memory.Tracker("cuda", source="malloc")
+    monkeypatch.setattr(memory, "_MALLINFO2", None)
+    assert memory.malloc_in_use() is None
+    with pytest.raises(ValueError, match="glibc"):
+        memory.Tracker(CPU, source="malloc")
+
+
+# ---------------------------------------------------------------------- the page's script
+@pytest.fixture(scope="module")
+def memory_lab(tmp_path_factory, chapter_script):
+    """The memory page's memory_lab.py, importable here and in the ranks."""
+    import importlib
+    import sys
+
+    directory = tmp_path_factory.mktemp("memory_lab")
+    (directory / "memory_lab.py").write_text(chapter_script("memory", "memory_lab.py"),
+                                             encoding="utf-8")
+    sys.path.insert(0, str(directory))
+    sys.modules.pop("memory_lab", None)
+    yield importlib.import_module("memory_lab")
+    sys.path.remove(str(directory))
+    sys.modules.pop("memory_lab", None)
+
+
+@pytest.fixture(scope="module")
+def sharded(memory_lab):
+    from d2l_ext import comm
+
+    strategies = ["DDP", "ZeRO-1", "FSDP, reshard_after_forward=False", "FSDP"]
+    # width 512, depth 3: 1.3 M parameters, large against the processes' other allocations
+    return {s: comm.spawn(memory_lab.sharded_run, 2, s, 512, 3, 16) for s in strategies}
+
+
+@needs_glibc
+def test_the_pages_sharding_strategies_train_alike_and_keep_what_they_shard(sharded):
+    """Every strategy ends two steps with DDP's parameters, and between steps a process
+    keeps about 16, 12 and 6 bytes per parameter under DDP, ZeRO-1 and FSDP (with the
+    processes' other allocations, a few MiB, on top): a strategy that did not shard, or a
+    Tracker that missed frees, fails."""
+    numbers = 784 * 512 + 512 + 2 * (512 * 512 + 512) + 512 * 10 + 10
+    ddp = sharded["DDP"][0]["params"]
+    kept = {}
+    for strategy, ranks in sharded.items():
+        for result in ranks:
+            assert len(result["params"]) == len(ddp)
+            assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(result["params"], ddp))
+            assert len(result["losses"]) == 2 and result["losses"][1] < result["losses"][0]
+            labels = [label for label, _, _ in result["readings"]]
+            assert labels[0] == "wrapped" and labels[-1] == "zero_grad 2"
+        kept[strategy] = max(r["readings"][-1][1] for r in ranks) / numbers
+    # the processes' other allocations (gloo's buffers, Python objects of modules imported
+    # on first use) add a few MiB that differ a little between strategies: wide margins
+    assert kept["DDP"] - kept["ZeRO-1"] == pytest.approx(4, abs=2)  # half of Adam's 8
+    assert kept["ZeRO-1"] - kept["FSDP"] > 2  # counted: 6 (buckets, half the weights)
+    assert kept["FSDP"] == pytest.approx(kept["FSDP, reshard_after_forward=False"], abs=3)
+    assert 6 <= kept["FSDP"] < 6 + 12
