@@ -18,9 +18,11 @@ echo "== numpy-2 environment (torch only), as on Colab: the tests of code that c
 echo "   numpy or torch, then nbval over the English PyTorch notebooks at smoke size"
 # Left out here (they ran above, and numpy's version does not enter them): process faults,
 # the book pipeline and build, the site, workflows, environment files, the GPU runner script;
-# and the tests that start process groups to run the pages' scripts (the nbval run below
-# executes those scripts under numpy 2, in the notebooks themselves).
-.venv-np2/bin/python -m pytest -q tests "$@" -k "not spawn and not the_pages and not timing_gives" \
+# the tests that start process groups to run the pages' scripts (the nbval run below
+# executes those scripts under numpy 2, in the notebooks themselves); and the tests of
+# d2l.train in two processes (their data path is the one-process tests', run here).
+.venv-np2/bin/python -m pytest -q tests "$@" \
+    -k "not spawn and not the_pages and not timing_gives and not two_processes and not started_by_torchrun" \
     --ignore tests/test_faults.py --ignore tests/test_execute.py --ignore tests/test_site.py \
     --ignore tests/test_workflows.py --ignore tests/test_envfiles.py \
     --ignore tests/test_gpu_validate.py --ignore tests/test_book.py --ignore tests/test_zh.py
