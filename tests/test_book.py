@@ -404,6 +404,19 @@ SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab m
          "%%writefile ps_hello.py", "split_and_load(", "set_gradient_compression(",
          "kv.set_optimizer(", 'grad_req = "add"', "comm.fit_alpha_beta(", "kvstore.timing(",
          "gluon.Trainer(", "d2l.measure(")),
+    "memory": (
+        ("memory.Tracker(device)", "tracker.mark(", "memory.SavedTensors(", "tracker.timeline()",
+         "foreach", "torch.autocast(", "model.to(torch.bfloat16)",
+         "checkpoint_sequential(", "use_reentrant=False", "torch.equal(",
+         "ZeroRedundancyOptimizer(", "fully_shard(", "reshard_after_forward=", "comm.spawn(",
+         'source = "malloc" if device.type == "cpu"', "torch.cuda.memory_reserved(",
+         "torch.cuda.empty_cache()",
+         "torch.cuda.memory._record_memory_history(", "torch.cuda.memory._dump_snapshot(",
+         "memory.load_timeline(", "%%writefile memory_lab.py", "fused=True", "warm_up("),
+        ("mxnet_memory.StorageCounter()", "counter.read()", "multi_precision=",
+         'MXNET_BACKWARD_DO_MIRROR', ".simple_bind(", "hybridize(**flags)",
+         '"static_alloc": True', "mx.context.gpu_memory_info(", "empty_cache()",
+         "autograd.record()", "d2l.measure(")),
 }
 
 

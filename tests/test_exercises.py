@@ -441,3 +441,24 @@ def test_communication_exercise_2_ring_and_server_times():
     assert "Not quite" in run(cell, "ring_ms, server_ms = 15.0, 60.0")  # no latencies
     assert "Not quite" in run(cell, "ring_ms, server_ms = 60.3, 15.3")  # swapped
     assert run(cell, "ring_ms, server_ms = None, None").startswith("Exercise 2")
+
+
+# ------------------------------------------------------------ memory
+def test_memory_exercise_1_state_in_gb_and_per_process():
+    cell = check_cell("memory", "exercise 1")
+    assert run(cell, "state_gb, per_process_gb = 24, 3").startswith("Correct")
+    assert run(cell, "state_gb, per_process_gb = 16 * 1.5, 16 * 1.5 / 8").startswith("Correct")
+    assert run(cell, "state_gb, per_process_gb = 24.0, 3.0", "zh").startswith("正确")
+    assert "GiB" in run(cell, "state_gb, per_process_gb = 22.35, 2.79")  # 2^30 bytes
+    assert "Not quite" in run(cell, "state_gb, per_process_gb = 24, 24")  # no sharding
+    assert "Not quite" in run(cell, "state_gb, per_process_gb = 6, 0.75")  # 4 bytes only
+    assert run(cell, "state_gb, per_process_gb = None, None", "zh").startswith("练习 1")
+
+
+def test_memory_exercise_2_best_number_of_segments():
+    cell = check_cell("memory", "exercise 2")
+    assert run(cell, "best_segments = 8").startswith("Correct")
+    assert run(cell, "best_segments = 8", "zh").startswith("正确")
+    for wrong in (7, 9, 1, 64, 16):
+        assert "Not quite" in run(cell, f"best_segments = {wrong}")
+    assert run(cell, "best_segments = None").startswith("Exercise 2")
