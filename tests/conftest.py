@@ -3,6 +3,7 @@ the scripts that chapters write with ``%%writefile``."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
@@ -86,6 +87,27 @@ def chapter_script():
         return script
 
     return read
+
+
+@pytest.fixture(scope="session")
+def chapter_module(tmp_path_factory, chapter_script):
+    """``chapter_module(chapter, name)``: the script ``name`` that the English ``chapter``
+    writes, imported as a module from a folder on ``sys.path`` (so that the ranks started by
+    ``d2l_ext.comm.spawn``, which get the parent's ``sys.path``, import it too)."""
+    folders: list[str] = []
+
+    def load(chapter: str, name: str):
+        module = name.removesuffix(".py")
+        folder = tmp_path_factory.mktemp(module)
+        (folder / name).write_text(chapter_script(chapter, name), encoding="utf-8")
+        sys.path.insert(0, str(folder))
+        folders.append(str(folder))
+        sys.modules.pop(module, None)
+        return importlib.import_module(module)
+
+    yield load
+    for folder in folders:
+        sys.path.remove(folder)
 
 
 @pytest.fixture

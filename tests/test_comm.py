@@ -8,11 +8,9 @@ them from this module) and the sizes are tiny.
 
 from __future__ import annotations
 
-import importlib
 import multiprocessing
 import os
 import signal
-import sys
 import time
 
 import pytest
@@ -286,16 +284,9 @@ def test_bus_bandwidth_rejects_bad_input(nbytes, seconds, k):
 # ---- the page's script -----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def comm_lab(tmp_path_factory, chapter_script):
+def comm_lab(chapter_module):
     """The page's comm_lab.py, importable here and in the ranks (spawn hands them sys.path)."""
-    directory = tmp_path_factory.mktemp("comm_lab")
-    (directory / "comm_lab.py").write_text(chapter_script("communication", "comm_lab.py"),
-                                           encoding="utf-8")
-    sys.path.insert(0, str(directory))
-    sys.modules.pop("comm_lab", None)
-    yield importlib.import_module("comm_lab")
-    sys.path.remove(str(directory))
-    sys.modules.pop("comm_lab", None)
+    return chapter_module("communication", "comm_lab.py")
 
 
 @pytest.fixture(scope="module")

@@ -403,19 +403,9 @@ def test_a_source_must_fit_the_device(monkeypatch):
 
 # ---------------------------------------------------------------------- the page's script
 @pytest.fixture(scope="module")
-def memory_lab(tmp_path_factory, chapter_script):
+def memory_lab(chapter_module):
     """The memory page's memory_lab.py, importable here and in the ranks."""
-    import importlib
-    import sys
-
-    directory = tmp_path_factory.mktemp("memory_lab")
-    (directory / "memory_lab.py").write_text(chapter_script("memory", "memory_lab.py"),
-                                             encoding="utf-8")
-    sys.path.insert(0, str(directory))
-    sys.modules.pop("memory_lab", None)
-    yield importlib.import_module("memory_lab")
-    sys.path.remove(str(directory))
-    sys.modules.pop("memory_lab", None)
+    return chapter_module("memory", "memory_lab.py")
 
 
 @pytest.fixture(scope="module")
