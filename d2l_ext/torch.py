@@ -20,7 +20,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils import data
 
-from d2l_ext import fashion_mnist, tuning
+from d2l_ext import fashion_mnist, gpu_runs, tuning  # noqa: F401 - gpu_runs: d2l.gpu_runs
+from d2l_ext.timing import block_device, device_time, split_time, time_per_call
 from d2l_ext.tuning import LAMB, DeviceLoader
 from d2l_ext.utils import (
     Accumulator,
@@ -40,7 +41,8 @@ from d2l_ext.utils import measure as _measure
 __all__ = [
     "Accumulator", "Animator", "Benchmark", "DeviceLoader", "LAMB", "Timer", "TrainResult",
     "Residual",
-    "accuracy", "cpu", "evaluate_accuracy_gpu", "get_dataloader_workers", "gpu",
+    "accuracy", "block_device", "device_time", "split_time", "time_per_call",
+    "cpu", "evaluate_accuracy_gpu", "get_dataloader_workers", "gpu",
     "label", "load_data_fashion_mnist", "measure", "message", "num_gpus", "resnet18", "sgd",
     "split_batch", "synchronize", "Timing", "train", "try_all_devices", "try_all_gpus",
     "try_gpu",

@@ -85,10 +85,17 @@ class Timing:
     """
 
     times: tuple[float, ...]
+    #: each time is the mean over this many back-to-back runs (1: a single run)
+    repetitions: int = 1
+
+    #: a timing whose median lies more than this fraction above its fastest run is disturbed
+    DISTURBED = 0.25
 
     def __post_init__(self) -> None:
         if not self.times:
             raise ValueError("a Timing needs at least one time.")
+        if self.repetitions < 1:
+            raise ValueError(f"repetitions must be at least 1, got {self.repetitions}.")
 
     @property
     def median(self) -> float:
@@ -106,6 +113,18 @@ class Timing:
     def spread(self) -> float:
         """(max - min) / median: the relative width of the range."""
         return (self.max - self.min) / self.median if self.median else 0.0
+
+    @property
+    def disturbed(self) -> bool:
+        """The median lies more than :attr:`DISTURBED` above the fastest run: most runs were
+        slowed by something else (another process, a clock change). Each timing says so for
+        itself; a tight timing beside a disturbed one keeps its median."""
+        return self.median > self.min * (1 + self.DISTURBED)
+
+    @property
+    def typical(self) -> float:
+        """The median; the fastest run where the timing was :attr:`disturbed`."""
+        return self.min if self.disturbed else self.median
 
     def clearly_faster(self, other: Timing) -> bool:
         """Every run of ``self`` was faster than every run of ``other`` (no overlap)."""

@@ -29,10 +29,11 @@ from pathlib import Path
 
 import nbformat
 
+from d2l_ext import gpu_runs
 from d2l_ext.i18n import cell_key, recorded
 from pipeline import config
 from pipeline.config import RUN_LANGUAGE, BookError, shown
-from pipeline.notebooks import notebook_path, placeholders, split, title_index
+from pipeline.notebooks import code_version, notebook_path, placeholders, split, title_index
 from pipeline.runinfo import probe, run_note
 from pipeline.sources import chapter_names, check_same_code, editions, fill
 
@@ -48,10 +49,11 @@ def _printed_json(cell: nbformat.NotebookNode) -> dict:
 
 
 def run_notebook(nb: nbformat.NotebookNode, smoke: bool, timeout: int,
-                 capture: Path | None = None) -> None:
+                 capture: Path | None = None, code_version: str = "") -> None:
     """Execute ``nb`` in place, in a fresh kernel started in an empty scratch directory.
 
-    The kernel inherits ``D2L_SMOKE`` (the notebooks' size knob) and ignores warnings. The
+    The kernel inherits ``D2L_SMOKE`` (the notebooks' size knob) and ``D2L_CODE_VERSION``
+    (which version of the chapter's code runs: ``d2l_ext.gpu_runs``) and ignores warnings. The
     scratch directory (files the notebook writes, the kernel's connection file and its
     stderr log) lies under ``_build/run`` and is removed afterwards; one left by a killed
     run is removed by the next (:func:`remove_stale_scratch`).
@@ -63,14 +65,16 @@ def run_notebook(nb: nbformat.NotebookNode, smoke: bool, timeout: int,
     from nbclient import NotebookClient
 
     saved = {k: os.environ.get(k)
-             for k in ("D2L_SMOKE", "PYTHONWARNINGS", "JUPYTER_RUNTIME_DIR", "D2L_CAPTURE")}
+             for k in ("D2L_SMOKE", "PYTHONWARNINGS", "JUPYTER_RUNTIME_DIR", "D2L_CAPTURE",
+                       "D2L_CODE_VERSION")}
     SCRATCH.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=SCRATCH, prefix=f"{os.getpid()}-") as scratch:
         cwd = Path(scratch) / "cwd"  # files the notebook writes stay out of git
         cwd.mkdir()
         os.environ.update(D2L_SMOKE="1" if smoke else "", PYTHONWARNINGS="ignore",
                           JUPYTER_RUNTIME_DIR=str(Path(scratch) / "runtime"),
-                          D2L_CAPTURE=str(capture) if capture else "")
+                          D2L_CAPTURE=str(capture) if capture else "",
+                          D2L_CODE_VERSION=code_version)
         runtime = Path(scratch) / "runtime"
         runtime.mkdir()
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
@@ -183,9 +187,10 @@ def execute(name: str, framework: str, smoke: bool = False,
         + "}))")
     probe_cell = nbformat.v4.new_code_cell(probe(framework))
     nb.cells += [values_cell, probe_cell]
+    version = code_version(books[RUN_LANGUAGE])
     with tempfile.TemporaryDirectory(prefix="d2l-capture-") as capture:
         try:
-            run_notebook(nb, smoke, timeout, capture=Path(capture))
+            run_notebook(nb, smoke, timeout, capture=Path(capture), code_version=version)
         except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
             # a cell that raised, ran past the timeout, or killed its kernel: this chapter
             # failed (an interrupt is not caught here: run_notebook raises it as it came)
@@ -198,9 +203,16 @@ def execute(name: str, framework: str, smoke: bool = False,
                          "are unchanged.")
             raise
         texts = recorded(Path(capture))
+        figures = Path(capture) / gpu_runs.CAPTURED
+        figures = json.loads(figures.read_text(encoding="utf-8")) if figures.exists() else None
     run = dict(_printed_json(probe_cell), size="smoke" if smoke else "full",
                language=RUN_LANGUAGE)
     values = _printed_json(values_cell)
+    record = None
+    if figures is not None and run.get("gpus") and not smoke:
+        record = gpu_runs.GpuRun(chapter=name, run=run, commit=commit(), code_version=version,
+                                 figures=tuple(gpu_runs.Figure(**f)
+                                               for f in figures["figures"]))
 
     written = {}
     for lang, book in books.items():
@@ -208,8 +220,24 @@ def execute(name: str, framework: str, smoke: bool = False,
         in_lang = {k: v[lang] if isinstance(v, dict) else v for k, v in values.items()}
         written[notebook_path(versions[lang], framework)] = _filled(
             book, outputs, run, in_lang, nb.metadata["language_info"], lang)
+    if record is not None:
+        written[gpu_runs.path(name)] = gpu_runs.to_json(record)
     write_notebooks(written)
     return list(written)
+
+
+def commit() -> str:
+    """The repository's commit (short), with ``-dirty`` where files differ from it; ``""``
+    outside a git checkout."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=config.ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "chapters", "d2l_ext")
+    return f"{head}-dirty" if head and dirty else head
 
 
 def _translator(pairs: dict[str, str]):
@@ -330,8 +358,9 @@ def _signals_deferred():
             signal.raise_signal(s)
 
 
-def write_notebooks(notebooks: dict[Path, nbformat.NotebookNode]) -> None:
-    """Write all notebooks or none, even if the process is killed half-way.
+def write_notebooks(notebooks: dict[Path, nbformat.NotebookNode | str]) -> None:
+    """Write all notebooks or none, even if the process is killed half-way (a ``str`` is
+    the text of another file written with them: a chapter's GPU record).
 
     Each notebook goes to a ``.part`` file first. Then a journal (:data:`JOURNAL` in the
     notebooks folder) records the set, the notebooks being replaced are kept as ``.bak``
@@ -347,7 +376,10 @@ def write_notebooks(notebooks: dict[Path, nbformat.NotebookNode]) -> None:
         for path, nb in notebooks.items():
             path.parent.mkdir(parents=True, exist_ok=True)
             parts[path] = path.with_name(path.name + ".part")
-            nbformat.write(nb, parts[path])
+            if isinstance(nb, str):  # a file that travels with the notebooks (a GPU record)
+                parts[path].write_text(nb, encoding="utf-8")
+            else:
+                nbformat.write(nb, parts[path])
         entries = []
         for path, part in parts.items():
             backup = path.with_name(path.name + ".bak")

@@ -92,6 +92,17 @@ def code_hash(nb: nbformat.NotebookNode) -> str:
     return hashlib.sha256("\n\x00".join(parts).encode()).hexdigest()[:16]
 
 
+def code_version(nb: nbformat.NotebookNode) -> str:
+    """A hash of a split notebook's code alone (comments and docstrings left out): the same
+    in every language, and unchanged by a change of prose. A GPU record keeps it
+    (``d2l_ext.gpu_runs``)."""
+    from pipeline.sources import code_only
+
+    code = [code_only(c.source) for c in nb.cells
+            if c.cell_type == "code" and c.metadata.get("d2l_ext", {}).get("role") != "install"]
+    return hashlib.sha256("\n\x00".join(code).encode()).hexdigest()[:16]
+
+
 def placeholders(nb: nbformat.NotebookNode) -> dict[str, tuple[str, str]]:
     """``{{expression:format}}`` -> (expression, format), for every value the prose cites."""
     found = {}

@@ -1,0 +1,243 @@
+"""Timing work on a device by the book's rules (PyTorch).
+
+1. **Warm up the exact call.** Every function here first runs ``f()`` ``warmup`` times, with
+   the shapes it will be timed with: first use loads kernels, plans algorithms and grows the
+   allocator's pool, and none of that belongs in the timing.
+2. **Never time sub-millisecond device work as one call between two barriers.** A single
+   short kernel between barriers measures the launch and the barrier, not the work.
+   :func:`time_per_call` times blocks of back-to-back calls that last at least ``min_block``
+   seconds between barriers; :func:`device_time` reads CUDA events around at least
+   :data:`MIN_CALLS` calls queued behind a *blocker* (a kernel that keeps the GPU busy while
+   the host issues them), so that the device runs them back to back and never waits for the
+   host.
+3. **Show the spread.** Each function returns a :class:`~d2l_ext.utils.Timing` of seconds per
+   call, its median and range over ``repeats`` measurements; each Timing says whether it was
+   disturbed (:attr:`~d2l_ext.utils.Timing.disturbed`), so one noisy measurement never
+   changes how a tight one is read.
+
+:func:`split_time` measures the three numbers that say where a step's time goes: the
+device's time per call, the host's time to issue a call while the device is kept busy, and
+the wall time per call between barriers; :attr:`SplitTime.bound` names the side that limits.
+
+On a CPU the host does the work inside each call (PyTorch's CPU operators are synchronous),
+so the device's time and the host's are one and the same wall time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from d2l_ext.utils import Timing
+
+#: Shortest block of calls timed between two barriers by :func:`time_per_call` (seconds).
+MIN_BLOCK = 0.05
+#: Fewest back-to-back calls between the CUDA events of :func:`device_time`.
+MIN_CALLS = 100
+#: The blocker lasts this many times the host's time to issue the calls.
+LEAD = 2.0
+
+
+class _Cuda:
+    """The CUDA calls the timing functions make (tests replace them with a scripted GPU)."""
+
+    def event(self):
+        return torch.cuda.Event(enable_timing=True)
+
+    def synchronize(self, device: torch.device) -> None:
+        torch.cuda.synchronize(device)
+
+    def sleep(self, cycles: int) -> None:
+        torch.cuda._sleep(cycles)  # a kernel that spins for `cycles` GPU clock cycles
+
+
+CUDA = _Cuda()
+_CYCLES_PER_SECOND: dict[int, float] = {}
+
+
+def _device(device: torch.device | str | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return torch.device(device)
+
+
+def _barrier(device: torch.device) -> None:
+    if device.type == "cuda":
+        CUDA.synchronize(device)
+    elif device.type != "cpu" and hasattr(torch, "accelerator"):
+        torch.accelerator.synchronize(device)
+
+
+def _check(repeats: int, warmup: int) -> None:
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}.")
+    if warmup < 1:
+        raise ValueError(f"warmup must be at least 1 (the exact call is warmed up before it "
+                         f"is timed), got {warmup}.")
+
+
+def _block_seconds(f: Callable[[], object], device: torch.device, calls: int) -> float:
+    _barrier(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        f()
+    _barrier(device)
+    return time.perf_counter() - start
+
+
+def calls_per_block(f: Callable[[], object], device: torch.device | str | None = None,
+                    min_block: float = MIN_BLOCK, max_calls: int = 1_000_000) -> int:
+    """How many back-to-back calls of ``f()`` last at least ``min_block`` seconds between two
+    barriers (found by timing growing blocks; ``f`` should be warmed up)."""
+    device = _device(device)
+    calls = 1
+    while True:
+        seconds = _block_seconds(f, device, calls)
+        if seconds >= min_block or calls >= max_calls:
+            return calls
+        grow = min_block / seconds * 1.2 if seconds > 0 else 10.0
+        calls = min(max_calls, max(calls + 1, math.ceil(calls * min(grow, 10.0))))
+
+
+def time_per_call(f: Callable[[], object], device: torch.device | str | None = None, *,
+                  min_block: float = MIN_BLOCK, repeats: int = 5, warmup: int = 3) -> Timing:
+    """Seconds per call of ``f()``, from ``repeats`` blocks of back-to-back calls, each block
+    between two barriers and lasting at least ``min_block`` seconds.
+
+    It includes whatever limits the calls, the host's issuing or the device's work (use
+    :func:`split_time` to tell which). ``Timing.repetitions`` is the number of calls per block.
+    """
+    _check(repeats, warmup)
+    device = _device(device)
+    for _ in range(warmup):
+        f()
+    calls = calls_per_block(f, device, min_block)
+    times = tuple(_block_seconds(f, device, calls) / calls for _ in range(repeats))
+    return Timing(times, repetitions=calls)
+
+
+def cycles_per_second(device: torch.device) -> float:
+    """The clock rate at which the blocker kernel counts its cycles (measured once)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _CYCLES_PER_SECOND:
+        cycles = 10_000_000
+        CUDA.sleep(cycles)  # warm-up: loads the kernel
+        start, end = CUDA.event(), CUDA.event()
+        start.record()
+        CUDA.sleep(cycles)
+        end.record()
+        CUDA.synchronize(device)
+        _CYCLES_PER_SECOND[index] = cycles / (start.elapsed_time(end) / 1e3)
+    return _CYCLES_PER_SECOND[index]
+
+
+def block_device(device: torch.device | str, seconds: float) -> None:
+    """Queue a kernel that keeps ``device`` busy for about ``seconds``; return at once.
+
+    Calls issued after it wait in the stream's queue and then run back to back, so what
+    they cost the device is measured without the host's pace in it. A CPU has no queue:
+    nothing to do there.
+    """
+    device = _device(device)
+    if device.type != "cuda" or seconds <= 0:
+        return
+    CUDA.sleep(max(1, int(seconds * cycles_per_second(device))))
+
+
+def _issue_seconds(f: Callable[[], object], calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        f()
+    return time.perf_counter() - start
+
+
+def _behind_blocker(f: Callable[[], object], device: torch.device, calls: int,
+                    lead: float) -> tuple[float, float]:
+    """(host seconds to issue ``calls`` calls, device seconds they ran): the calls queued
+    behind a blocker that lasts ``lead`` seconds, between CUDA events."""
+    _barrier(device)
+    block_device(device, lead)
+    start, end = CUDA.event(), CUDA.event()
+    start.record()
+    issued = _issue_seconds(f, calls)
+    end.record()
+    CUDA.synchronize(device)
+    return issued, start.elapsed_time(end) / 1e3
+
+
+@dataclass(frozen=True)
+class SplitTime:
+    """Where the time of a call goes (seconds per call, each a :class:`Timing`).
+
+    ``device``: the device's time, the calls running back to back; ``host``: the host's time
+    to issue one call while the device is kept busy; ``wall``: the time per call between
+    barriers, as a loop of such calls takes it. On a CPU, ``device`` and ``host`` are the
+    wall time: the host does the work inside the call.
+    """
+
+    device: Timing
+    host: Timing
+    wall: Timing
+    on_cpu: bool
+
+    @property
+    def bound(self) -> str:
+        """``"host"`` where issuing a call takes longer than the device's work for it,
+        ``"device"`` otherwise; ``"one"`` on a CPU, where the two are one."""
+        if self.on_cpu:
+            return "one"
+        return "host" if self.host.median > self.device.median else "device"
+
+
+def device_time(f: Callable[[], object], device: torch.device | str | None = None, *,
+                calls: int = MIN_CALLS, repeats: int = 5, warmup: int = 3) -> Timing:
+    """The device's seconds per call of ``f()``: CUDA events around ``calls`` back-to-back
+    calls queued behind a blocker, so that the device runs them without waiting for the host.
+
+    Keep ``calls`` times the kernels per call under about a thousand: CUDA's launch queue
+    holds about that many, and a full queue makes the host wait. On a CPU (no queue, no
+    events) this is :func:`time_per_call`.
+    """
+    return split_time(f, device, calls=calls, repeats=repeats, warmup=warmup).device
+
+
+def split_time(f: Callable[[], object], device: torch.device | str | None = None, *,
+               calls: int = MIN_CALLS, repeats: int = 5, warmup: int = 3) -> SplitTime:
+    """Device, host and wall seconds per call of ``f()`` (:class:`SplitTime`).
+
+    On CUDA each repeat queues a blocker that lasts :data:`LEAD` times the host's issue time
+    of the previous repeat, then ``calls`` calls between two events: the events give the
+    device's time, ``perf_counter`` around the loop the host's. The wall time comes from
+    :func:`time_per_call`. Repeats of the three are taken in turns.
+    """
+    _check(repeats, warmup)
+    if calls < MIN_CALLS:
+        raise ValueError(f"calls must be at least {MIN_CALLS} (sub-millisecond device work is "
+                         f"timed over many back-to-back calls), got {calls}.")
+    device = _device(device)
+    if device.type != "cuda":
+        wall = time_per_call(f, device, repeats=repeats, warmup=warmup)
+        return SplitTime(wall, wall, wall, on_cpu=device.type == "cpu")
+    for _ in range(warmup):
+        f()
+    _barrier(device)
+    per_block = calls_per_block(f, device)
+    lead = max(_issue_seconds(f, calls), 1e-3) * LEAD
+    host, dev, wall = [], [], []
+    for _ in range(repeats):
+        for _ in range(3):  # the blocker must outlast the issuing, or the device waited
+            issued, ran = _behind_blocker(f, device, calls, lead)
+            if issued < lead:
+                break
+            lead = issued * LEAD
+        host.append(issued / calls)
+        dev.append(ran / calls)
+        lead = max(issued, 1e-3) * LEAD
+        wall.append(_block_seconds(f, device, per_block) / per_block)
+    return SplitTime(Timing(tuple(dev), repetitions=calls),
+                     Timing(tuple(host), repetitions=calls),
+                     Timing(tuple(wall), repetitions=per_block), on_cpu=False)
