@@ -6,7 +6,9 @@
     python tools/book.py refill [--framework F] CHAPTER ...
                                       after a change of prose only: rewrite the notebooks'
                                       prose, keeping the outputs of their run
-    python tools/book.py validate     on a GPU: execute the PyTorch notebooks, nbval, benchmarks
+    python tools/book.py validate [--budget SECONDS] [--nbval] [--benchmarks] [CHAPTER ...]
+                                      on a GPU: execute the PyTorch notebooks whose GPU outputs
+                                      are missing or oldest first, as many as fit the budget
 
 ``execute`` runs each chapter once per framework, in a fresh kernel, and writes the
 outputs into the notebooks of both languages (``notebooks/LANG/FRAMEWORK/NAME.ipynb``):
@@ -41,10 +43,19 @@ def main(argv: list[str] | None = None) -> int:
     re_.add_argument("chapters", nargs="+", help="chapter names")
     re_.add_argument("--framework", choices=FRAMEWORKS)
     va = sub.add_parser("validate", help="GPU validation (tools/gpu_validate.sh calls this)")
+    va.add_argument("chapters", nargs="*", help="chapter names (default: every chapter, "
+                    "those whose GPU outputs are missing or oldest first)")
+    va.add_argument("--budget", metavar="SECONDS", help="time budget in seconds (540) or "
+                    "minutes (9m): no chapter, nbval or benchmark starts that would not "
+                    "finish within it (default: no limit)")
+    va.add_argument("--started", type=float, metavar="EPOCH", help="when the budget began, "
+                    "in seconds since the epoch (gpu_validate.sh passes its start, so that "
+                    "the setup counts; default: now)")
+    va.add_argument("--nbval", action="store_true", help="also run nbval over the notebooks "
+                    "executed (at smoke size)")
+    va.add_argument("--benchmarks", action="store_true", help="also run benchmarks/*.py")
     va.add_argument("--smoke", action="store_true", help="reduced sizes (a quick dry run)")
     va.add_argument("--allow-cpu", action="store_true", help="run without a GPU (dry run)")
-    va.add_argument("--skip-nbval", action="store_true")
-    va.add_argument("--skip-benchmarks", action="store_true")
     args = parser.parse_args(argv)
     try:
         from pipeline.execute import Interrupted, recover
@@ -72,10 +83,15 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(problems) or "all executed notebooks are up to date")
             return 1 if problems else 0
         else:
-            from pipeline.validate import validate
+            from pipeline.validate import parse_budget, validate
 
-            return validate(args.smoke, args.allow_cpu, not args.skip_nbval,
-                            not args.skip_benchmarks, log=lambda line: print(line, flush=True))
+            try:
+                budget = parse_budget(args.budget) if args.budget is not None else None
+            except ValueError as err:
+                parser.error(str(err))
+            return validate(args.chapters, smoke=args.smoke, allow_cpu=args.allow_cpu,
+                            nbval=args.nbval, benchmarks=args.benchmarks, budget=budget,
+                            started=args.started, log=lambda line: print(line, flush=True))
     except Interrupted as err:
         print(f"book.py: {err}", file=sys.stderr)
         return 130

@@ -49,8 +49,14 @@ def _printed_json(cell: nbformat.NotebookNode) -> dict:
 
 
 def run_notebook(nb: nbformat.NotebookNode, smoke: bool, timeout: int,
-                 capture: Path | None = None, code_version: str = "") -> None:
+                 capture: Path | None = None, code_version: str = "",
+                 deadline: float | None = None, launch=None) -> None:
     """Execute ``nb`` in place, in a fresh kernel started in an empty scratch directory.
+
+    ``deadline`` (a ``time.monotonic()`` time): past it, the kernel is killed and
+    ``TimeoutError`` raised. ``launch``: a function that rewrites the kernel's command (the
+    GPU validation pins the kernel to cores: ``d2l_ext.machine.Conditions``). nbclient
+    keeps each cell's timestamps in its ``metadata.execution``.
 
     The kernel inherits ``D2L_SMOKE`` (the notebooks' size knob) and ``D2L_CODE_VERSION``
     (which version of the chapter's code runs: ``d2l_ext.gpu_runs``) and ignores warnings. The
@@ -79,7 +85,7 @@ def run_notebook(nb: nbformat.NotebookNode, smoke: bool, timeout: int,
         runtime.mkdir()
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                                 resources={"metadata": {"path": str(cwd)}},
-                                kernel_manager_class=_scratch_kernel_manager(runtime))
+                                kernel_manager_class=_scratch_kernel_manager(runtime, launch))
         failure: list[BaseException] = []
         try:
             with open(Path(scratch) / "kernel.log", "w") as log:
@@ -94,6 +100,8 @@ def run_notebook(nb: nbformat.NotebookNode, smoke: bool, timeout: int,
                 try:
                     while worker.is_alive():
                         worker.join(0.2)
+                        if deadline is not None and time.monotonic() > deadline:
+                            raise TimeoutError("the run reached its deadline")
                 except BaseException:
                     _kill_kernel(client)
                     worker.join(30)
@@ -115,15 +123,20 @@ def run_notebook(nb: nbformat.NotebookNode, smoke: bool, timeout: int,
             raise error
 
 
-def _scratch_kernel_manager(runtime: Path) -> type:
+def _scratch_kernel_manager(runtime: Path, launch=None) -> type:
     """A kernel manager class whose kernels write their connection file into ``runtime``
-    (jupyter_client's default is a temporary file that a killed run would leave behind)."""
+    (jupyter_client's default is a temporary file that a killed run would leave behind) and
+    start with the command ``launch(command)`` if ``launch`` is given."""
     from jupyter_client.manager import AsyncKernelManager
 
     class ScratchKernelManager(AsyncKernelManager):
         def __init__(self, **kwargs) -> None:
             kwargs.setdefault("connection_file", str(runtime / "kernel.json"))
             super().__init__(**kwargs)
+
+        def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
+            cmd = super().format_kernel_cmd(extra_arguments)
+            return launch(cmd) if launch is not None else cmd
 
     return ScratchKernelManager
 
@@ -160,11 +173,16 @@ def _alive(pid: int) -> bool:
 
 
 def execute(name: str, framework: str, smoke: bool = False,
-            timeout: int | None = 1800) -> list[Path]:
+            timeout: int | None = 1800, deadline: float | None = None,
+            conditions=None) -> list[Path]:
     """Run chapter ``name`` once for ``framework``; write its notebook in every language.
 
     Returns the paths written. Raises :class:`BookError` if a cell fails, runs longer than
     ``timeout`` seconds (``None``: no limit) or kills the kernel; then nothing is written.
+    Past ``deadline`` (``time.monotonic()``), the run is stopped with ``TimeoutError`` and
+    nothing is written. ``conditions`` (the GPU validation's ``d2l_ext.machine.Conditions``,
+    started by the caller) starts the kernel and adds the run's duration and conditions to
+    its record.
     """
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 
@@ -190,7 +208,9 @@ def execute(name: str, framework: str, smoke: bool = False,
     version = code_version(books[RUN_LANGUAGE])
     with tempfile.TemporaryDirectory(prefix="d2l-capture-") as capture:
         try:
-            run_notebook(nb, smoke, timeout, capture=Path(capture), code_version=version)
+            run_notebook(nb, smoke, timeout, capture=Path(capture), code_version=version,
+                         deadline=deadline,
+                         launch=conditions.kernel_command if conditions is not None else None)
         except (CellExecutionError, CellTimeoutError, DeadKernelError) as err:
             # a cell that raised, ran past the timeout, or killed its kernel: this chapter
             # failed (an interrupt is not caught here: run_notebook raises it as it came)
@@ -207,6 +227,8 @@ def execute(name: str, framework: str, smoke: bool = False,
         figures = json.loads(figures.read_text(encoding="utf-8")) if figures.exists() else None
     run = dict(_printed_json(probe_cell), size="smoke" if smoke else "full",
                language=RUN_LANGUAGE)
+    if conditions is not None:
+        run = conditions.finish(run)
     values = _printed_json(values_cell)
     record = None
     if figures is not None and run.get("gpus") and not smoke:
@@ -297,6 +319,8 @@ def _filled(book: nbformat.NotebookNode, executed: list[nbformat.NotebookNode], 
     for mine, theirs in zip(code, executed, strict=True):
         mine.outputs = copy.deepcopy(theirs.outputs)
         mine.execution_count = theirs.execution_count
+        if "execution" in theirs.metadata:  # nbclient's timestamps of the cell's run
+            mine.metadata["execution"] = copy.deepcopy(theirs.metadata["execution"])
     for cell in book.cells:
         if cell.cell_type == "markdown":
             cell.source = fill(cell.source, values)
