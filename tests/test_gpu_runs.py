@@ -166,3 +166,18 @@ def test_the_pipeline_keeps_a_record_from_a_full_gpu_run_only(tmp_path, monkeypa
         assert record["run"]["gpu"] == RUN["gpu"] and record["run"]["size"] == "full"
         assert record["figures"] == [{"en": "answer", "zh": "答案", "value": 42, "format": "d"}]
         assert record["commit"]
+
+
+def test_the_async_record_lines_up_with_the_chapters_table():
+    """The figures kept from the book's H100 run of chapter 1 (read from its executed notebook
+    at ec40dc2) carry the labels of figures that the chapter's table prints at full size, so
+    that the table shows them side by side; figures that run measured wrongly are not kept."""
+    record = gpu_runs.load("async-computation")
+    assert record is not None and record.commit == "ec40dc2" and record.run["gpus"] == 1
+    source = (ROOT / "chapters" / "en" / "async-computation.md").read_text(encoding="utf-8")
+    start = source.index("key_figures = {")
+    cell = source[start:source.index("```", start)]
+    for figure in record.figures:
+        label = figure.en.replace("10,000", "{num_ops:,}")
+        assert f'en="{label}"' in cell or f'en=f"{label}"' in cell, figure.en
+    assert not any(f.en.startswith(("t3", "torch.mm")) for f in record.figures)

@@ -207,8 +207,9 @@ def test_on_a_cpu_the_three_times_are_the_wall_time_of_real_work():
     split = timing.split_time(f, "cpu", repeats=3)
     assert split.on_cpu and split.bound == "one"
     assert split.device is split.host is split.wall
-    assert 2e-4 <= split.wall.min < 2e-3
-    assert split.wall.repetitions * 2e-4 >= timing.MIN_BLOCK * 0.99
+    assert split.wall.min >= 2e-4
+    # a block of back-to-back calls, not one call (how many depends on the machine's load)
+    assert split.wall.repetitions > 10
 
 
 def test_timing_says_for_itself_whether_it_was_disturbed():
