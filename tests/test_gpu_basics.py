@@ -5,11 +5,16 @@ and flags only the points that write-allocate cannot explain, the memory cells s
 training sawtooth on a CPU (MXNet's in a fresh process, so the cell can run again), the
 memory counters fall back to torch.cuda on an older PyTorch, the Hogwild conclusions follow
 the timings, and the page's Hogwild script learns in every configuration, speaks the reader's
-language and fails cleanly."""
+language and fails cleanly. The copies and the roofline time by the library's rules
+(d2l.time_per_call); on a GPU the copies are read against that GPU's own datasheet, and the
+prose cites the figures kept from the book's GPU run (d2l_ext/data/gpu_runs/gpu-basics.json),
+whose labels line up with the page's table and which leaves out the copy that the earlier
+code timed wrongly."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -149,7 +154,13 @@ def _framework_names(framework: str, numpy_too_new: bool) -> dict:
         names = {"mx": mx, "np": np, "npx": npx, "autograd": autograd, "gluon": gluon,
                  "init": init, "d2l": d2l, "json": json, "os": os, "subprocess": subprocess,
                  "sys": sys, "device": mx.cpu(), "on_gpu": False}
-    names.update(smoke=True, plt=plt, text_table=text_table)
+    from d2l_ext import datasheets
+
+    names.update(smoke=True, plt=plt, text_table=text_table, datasheets=datasheets,
+                 # what the copy cells leave for the roofline: a CPU's one row, no datasheet
+                 copies={"host -> host": (10.0, 9.0, 11.0)},
+                 copy_zh={"host -> host": "主机内存 -> 主机内存"},
+                 sheet=None, example=datasheets.SHEETS["H100 SXM"])
     return names
 
 
@@ -246,15 +257,16 @@ def test_the_roofline_flags_only_what_write_allocate_cannot_explain():
 
 @pytest.mark.parametrize("framework", ["torch", "mxnet"])
 def test_the_pages_timings_repeat_short_operations(framework, numpy_too_new, monkeypatch):
-    """`rate` repeats an operation until a timing lasts about `seconds` and divides the work
-    of all the repeats by it: a 1 ms operation of work 1 runs at 1000 per second (on a clock
-    that only the operation advances, so that a busy machine cannot change the answer)."""
+    """`rate` repeats an operation until a timing lasts at least `seconds` and divides the
+    work of all the repeats by it: a 1 ms operation of work 1 runs at 1000 per second (on a
+    clock that only the operation advances, so that a busy machine cannot change the answer).
+    PyTorch's times blocks of back-to-back calls with d2l.time_per_call, after a warm-up."""
     from d2l_ext import utils
 
     names = _framework_names(framework, numpy_too_new)
     _run_cells(framework, ("def roofline_point(",), names)
     calls, clock = [], [0.0]
-    monkeypatch.setattr(utils.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(utils.time, "perf_counter", lambda: clock[0])  # the one time module
 
     def one_ms():
         calls.append(1)
@@ -262,7 +274,11 @@ def test_the_pages_timings_repeat_short_operations(framework, numpy_too_new, mon
 
     result = names["rate"](one_ms, 1.0)
     reps = round(names["seconds"] / 0.001)
-    assert len(calls) == 1 + 1 + 6 * reps  # the first timing (and its warm-up), then six
+    if framework == "torch":  # 3 warm-up calls; a block of 1 call, then one 1.2 x as long
+        block = math.ceil(reps * 1.2)  # as the 1 ms needs to last `seconds`: the block's size
+        assert len(calls) == 3 + 1 + block + 5 * block  # then five blocks of that size
+    else:
+        assert len(calls) == 1 + 1 + 6 * reps  # the first timing (and its warm-up), then six
     for statistic in ("rate", "slowest", "fastest"):
         assert result[statistic] == pytest.approx(1000)
 
@@ -347,7 +363,7 @@ def test_the_counters_cell_falls_back_to_torch_cuda_on_an_older_pytorch(new_enou
         accelerator = SimpleNamespace()  # an old PyTorch: no memory functions there
     fake_torch = SimpleNamespace(accelerator=accelerator, cuda=_FakeCounters(calls, "cuda"))
     names = {"torch": fake_torch, "d2l": d2l, "device": SimpleNamespace(type="cuda"),
-             "MiB": 2**20}
+             "MiB": 2**20, "param_mib": 100.0}
     _run_cells("torch", ("empty_cache, memory_info = torch.accelerator",), names)
     api = "accelerator" if new_enough else "cuda"
     assert {c.split(".")[0] for c in calls} == {api}
@@ -429,3 +445,120 @@ def test_the_hogwild_conclusions_follow_the_timings():
     assert "faster" in names["threads_reason"].en
     assert "did not clearly gain" in names["processes_reason"].en
     assert "cost accuracy" in names["learned"].en and names["learned"].zh
+
+
+def _copy_tables(gpu_name, copies, capsys):
+    """Run the page's shared copy-table and bounds cells on made-up rates (GB/s: median,
+    slowest, fastest) of a run on the GPU named ``gpu_name``."""
+    import matplotlib.pyplot as plt
+
+    names = _framework_names("torch", False)
+    names.update(size_mib=256, MiB=2**20, gpu_name=gpu_name, copies=copies)
+    exec(_shared_cell('copy_zh = {"host -> host"'), names)
+    exec(_shared_cell("sheet = datasheets.for_gpu(gpu_name)"), names)
+    plt.close("all")
+    return names, capsys.readouterr().out
+
+
+GPU_COPIES = {"host -> host": (23.6, 21.5, 26.3), "pageable host -> GPU": (7.1, 6.3, 7.1),
+              "pin (cached block), then copy -> GPU": (18.1, 17.9, 19.1),
+              "pin (new block), then copy -> GPU": (1.5, 0.9, 1.6),
+              "pinned host -> GPU": (54.0, 53.8, 54.2), "GPU -> pinned host": (54.3, 54.2, 54.4),
+              "GPU -> GPU (same)": (1480.0, 1470.0, 1490.0)}
+
+
+def test_on_a_known_gpu_the_copies_are_read_against_its_own_datasheet(capsys):
+    """With a GPU that the book's table of datasheets knows, the bounds table reads the
+    pinned copy against PCIe (each generation and the GPU's datasheet) and the copy within
+    the GPU against half its memory bandwidth; the lesson compares each pinned way with the
+    pageable copy, by the measured rates."""
+    names, out = _copy_tables("NVIDIA H100 80GB HBM3", GPU_COPIES, capsys)
+    assert names["sheet"].name == "H100 SXM" and "is the table's H100 SXM" in names["whose"].en
+    measured = {en: got for en, _, _, got in names["link_rates"]}
+    assert measured["PCIe 4.0 x16, one direction"] == pytest.approx(54.0e9)
+    assert measured["H100 SXM datasheet: PCIe, one direction"] == pytest.approx(54.0e9)
+    assert measured["H100 SXM datasheet: NVLink, one direction"] is None  # maybe not NVLink
+    memory_row = next(en for en in measured if "memory" in en)
+    assert measured[memory_row] == pytest.approx(1480e9)
+    assert "84%" in out and "88%" in out  # 54.0 of 64 GB/s, 1480 of 3350 / 2 GB/s
+    lesson = names["copy_lesson"]
+    assert "memory pinned once ran at 7.6 times it" in lesson.en
+    assert "cached block and then copying ran at 2.5 times" in lesson.en
+    assert "new block and then copying ran at 0.21 times" in lesson.en
+    assert "7.6 倍" in lesson.zh and "0.21 倍" in lesson.zh
+    plt_ax = names["ax"]
+    assert plt_ax.get_xscale() == "log"  # the rates span 1.5 to 1,490 GB/s
+
+
+def test_an_unknown_gpu_or_a_cpu_gets_no_datasheet_share(capsys):
+    names, out = _copy_tables("NVIDIA L40S", GPU_COPIES, capsys)
+    assert names["sheet"] is None and names["example"].name == "H100 SXM"
+    assert "not in the table" in names["whose"].en and "仅供参照" in names["whose"].zh
+    measured = {en: got for en, _, _, got in names["link_rates"]}
+    assert [en for en, got in measured.items() if got is not None] == [
+        "PCIe 3.0 x16, one direction", "PCIe 4.0 x16, one direction",
+        "PCIe 5.0 x16, one direction"]  # the generations, not another GPU's datasheet
+    names, out = _copy_tables(None, {"host -> host": (23.6, 21.5, 26.3)}, capsys)
+    assert all(got is None for *_, got in names["link_rates"])
+    assert names["copy_lesson"].en == "" and "this run names no GPU" in names["whose"].en
+
+
+def _record_names():
+    """The names the page's record-citing cells need, as a CPU run leaves them."""
+    import torch
+
+    from d2l_ext import datasheets, memory
+    from d2l_ext import torch as d2l
+    from d2l_ext.utils import text_table
+
+    names = {"torch": torch, "d2l": d2l, "memory": memory, "datasheets": datasheets,
+             "text_table": text_table, "device": torch.device("cpu"), "MiB": 2**20,
+             "param_mib": 42.6}
+    _run_cells("torch", ("beyond_mib = outside_mib = None",), names)
+    return names
+
+
+def test_the_prose_cites_the_kept_gpu_figures_with_their_machine_and_date():
+    """On a CPU, the memory section cites the book's GPU run (the workspaces and the memory
+    outside the allocator) with its machine, framework and date, from the record."""
+    from d2l_ext import gpu_runs
+
+    record = gpu_runs.load("gpu-basics")
+    names = _record_names()
+    assert names["beyond_mib"] is None and names["outside_mib"] is None  # not on a CPU
+    beyond = names["record_beyond_text"]
+    assert record.run["machine"] in beyond.en and record.run["date"] in beyond.en
+    assert record.run["framework"] in beyond.zh
+    assert f"{names['recorded_beyond']:.1f} MiB" in beyond.en
+    assert f"{names['recorded_outside']:.0f} MiB" in names["record_outside_text"].en
+
+
+def test_the_gpu_record_lines_up_with_the_pages_table_and_leaves_out_the_wrong_copy(capsys):
+    """Every figure kept from the book's H100 run has a row of the page's table (the same
+    English label), the copy within the GPU that the earlier code timed wrongly is not kept,
+    and the page reads the kept figures against the GPU's own datasheet."""
+    from d2l_ext import datasheets, gpu_runs
+
+    record = gpu_runs.load("gpu-basics")
+    assert record.commit == "ec40dc2" and record.source
+    labels = {f.en for f in record.figures}
+    assert "copy GPU -> GPU, bytes copied (GB/s)" not in labels
+    names = _record_names()
+    names.update(beyond_mib=None, outside_mib=None, copies={"host -> host": (9.0, 8.0, 10.0)},
+                 bandwidth=20e9, peak=100e9, ridge=5.0, best_products={"fp32": 100e9},
+                 per_op=2e-6, host_us=2.0, device_us=2.0, num_ops=1000, replay=None)
+    capsys.readouterr()
+    _run_cells("torch", ('d2l.gpu_runs.table("gpu-basics"',), names)
+    out = capsys.readouterr().out
+    rows = {line.split("  ")[0] for line in out.splitlines()[1:]}
+    assert labels <= rows  # no kept figure is shown on a row of its own, unmatched
+    pinned = next(line for line in out.splitlines() if line.startswith("copy pinned host"))
+    kept_pinned = record.value("copy pinned host -> GPU (GB/s)")
+    assert pinned.split()[-2:] == ["\u2013", f"{kept_pinned:.1f}"]
+    sheet = datasheets.for_gpu(record.run["gpu"])
+    text = names["record_sheet_text"]
+    share = record.value("copy pinned host -> GPU (GB/s)") * 1e9 / sheet.pcie
+    assert f"{share:.0%} of the {sheet.pcie / 1e9:.0f} GB/s of PCIe" in text.en
+    share = record.value("compute roof, float32 products (TFLOP/s)") * 1e12 / sheet.fp32
+    assert f"{share:.0%} of the {sheet.fp32 / 1e12:.0f} TFLOP/s of float32" in text.en
+    assert "no copy within the GPU" in names["record_gap_text"].en
