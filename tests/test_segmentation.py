@@ -88,30 +88,98 @@ def test_an_unknown_variant_names_the_choices():
 
 
 ORDER = {  # the syncing operators of a training step, in the order chapter 4's losses run them
-    "original": ["nonzero", "_unique2", "nonzero", "nonzero", "nonzero"],
+    "original": ["nonzero", "index_put_", "_unique2", "nonzero", "nonzero", "nonzero"],
     "where": ["_unique2", "nonzero", "nonzero", "nonzero"],
     "sort": ["nonzero", "nonzero", "nonzero"],
     "ignore_index": [],
 }
 
 
+def _cpu_ops(f):
+    """The host operators ``f()`` runs, in a CPU profile: (name, start, end), by start."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        f()
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    return [(e.name, e.time_range.start, e.time_range.end) for e in events]
+
+
+def _waits_on_a_gpu(ops):
+    """The operators among ``ops`` that wait for a CUDA device, outermost only: a size read
+    back (nonzero, unique), and an index assignment of a Python number (index_put_ right after
+    the lift_fresh that wrapped the number in a host tensor) that did not become a
+    masked_fill_; on a GPU its number is copied to the device with a copy that waits. The
+    rule of chapter 4's sync_points, for a CPU profile's events."""
+    found, filled = [], []
+    for i, (name, start, end) in enumerate(ops):
+        if any(s <= start and end <= e for _, s, e in found + filled):
+            continue
+        if name in ("aten::nonzero", "aten::_unique2"):
+            found.append(ops[i])
+        elif name == "aten::index_put_":
+            before = [op for op in ops if op[2] <= start]
+            if before and max(before, key=lambda op: op[2])[0] == "aten::lift_fresh":
+                masked = any(n == "aten::masked_fill_" and start <= s and e <= end
+                             for n, s, e in ops)
+                (filled if masked else found).append(ops[i])
+    return [name.removeprefix("aten::") for name, _, _ in found]
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_each_variant_synchronises_as_often_and_in_the_order_documented(variant):
-    """A training step's operators that need a size from the device (nonzero, also inside
-    boolean indexing and its backward; unique), in a CPU profile: the same operators wait for
-    the device on a GPU. The order is the page's (unique before the boolean masks), so that
-    the first wait of a step moves as chapter 4 says."""
+    """A training step's operators that wait for the device on a GPU (nonzero, also inside
+    boolean indexing and its backward; unique; the index assignment of a Python number), in a
+    CPU profile: the host runs the same operators on a GPU. The order is the page's (unique
+    before the boolean masks), so that the first wait of a step moves as chapter 4 says."""
     pred = torch.randn(2, 10, 8, 8, requires_grad=True)
     _, labels = segmentation.random_batch(2, size=8, seed=4)
     loss_fn = MaskedCrossEntropy(variant)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        loss_fn(pred, labels).backward()
-    events = sorted(prof.events(), key=lambda e: e.time_range.start)
-    names = [e.name.removeprefix("aten::") for e in events
-             if e.name in ("aten::nonzero", "aten::_unique2")]
+    names = _waits_on_a_gpu(_cpu_ops(lambda: loss_fn(pred, labels).backward()))
     assert names == ORDER[variant]
     row = re.search(rf'^``"{variant}"``.* (\d+)$', segmentation.__doc__, re.M)
     assert row and int(row.group(1)) == len(ORDER[variant]), "the module's table says otherwise"
+
+
+def test_a_number_assigned_through_integer_indices_is_copied_a_mask_fills():
+    """What the sixth synchronisation of the original loss rests on, as far as a CPU build
+    shows it: Python's __setitem__ wraps a number in a host tensor (aten::lift_fresh) and calls
+    index_put_, which with one boolean mask turns into masked_fill_ (the number read on the
+    host: no copy to the device) and with integer indices does not (on a CUDA tensor it then
+    copies the number to the device). A 0-dim tensor value is not wrapped."""
+    import operator
+
+    t = torch.arange(12.0)
+    mask, idx = t > 5, torch.nonzero(t > 5, as_tuple=True)
+    masked = [n for n, _, _ in _cpu_ops(lambda: operator.setitem(t, mask, -1.0))]
+    indexed = [n for n, _, _ in _cpu_ops(lambda: operator.setitem(t, idx, -1.0))]
+    assert masked[:2] == indexed[:2] == ["aten::lift_fresh", "aten::index_put_"]
+    assert "aten::masked_fill_" in masked and "aten::masked_fill_" not in indexed
+    assert _waits_on_a_gpu(_cpu_ops(lambda: operator.setitem(t, mask, -1.0))) == []
+    assert _waits_on_a_gpu(_cpu_ops(lambda: operator.setitem(t, idx, -1.0))) == ["index_put_"]
+    value = torch.tensor(-1.0)
+    assert "aten::lift_fresh" not in [n for n, _, _ in _cpu_ops(
+        lambda: operator.setitem(t, idx, value))]
+    assert torch.equal(t, torch.where(torch.arange(12.0) > 5, -1.0, torch.arange(12.0)))
+
+
+def test_the_headers_say_what_the_page_says_of_the_cuda_copy_and_the_mask_shortcut():
+    """The installed PyTorch's headers: memcpy_and_sync (the blocking copy of nonzero, unique,
+    .item() and of index_put_'s number) announces a synchronisation and waits in
+    cudaStreamSynchronize; index_put_ takes the masked_fill_ shortcut only for a one-element
+    value on the CPU and boolean (or byte) indices on the tensor's device."""
+    from pathlib import Path
+
+    include = Path(torch.__file__).parent / "include"
+    cuda = include / "c10" / "cuda" / "CUDAFunctions.h"
+    utils = include / "ATen" / "native" / "TensorAdvancedIndexingUtils.h"
+    if not (cuda.exists() and utils.exists()):
+        pytest.skip("this PyTorch ships no C++ headers")
+    text = cuda.read_text()
+    body = text[text.index("memcpy_and_sync("):text.index("stream_synchronize(")]
+    assert "warn_or_error_on_sync()" in body and "cudaStreamSynchronize(stream)" in body
+    text = utils.read_text()
+    body = text[text.index("canDispatchToMaskedFill("):]
+    assert "value.numel() == 1 && value.device().is_cpu()" in body
+    assert "kByte" in body and "kBool" in body and "index.device() != self_device" in body
 
 
 def _local_scalar_reads(f):
