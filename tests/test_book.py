@@ -358,7 +358,7 @@ SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab m
          "TorchFunctionMode", "saved_tensors_hooks(", "torch.inference_mode",
          "torch.no_grad", "set_logs(recompiles=True)", "drop_last=drop_last",
          "torch._dynamo.explain(", "ddp.no_sync()", "register_comm_hook(", "d2l.measure(",
-         ".time_to(target)"),
+         ".time_to(target)", "calls_per_block(", "d2l.split_time(", "d2l.gpu_runs.table("),
         ("gluon.data.DataLoader(", "num_workers=", "hybridize(static_alloc=True",
          "MXNET_CUDNN_AUTOTUNE_DEFAULT", "use_bias=False", "d2l.train(",
          "lr_scheduler.CosineScheduler(", 'amp.init(target_dtype="bfloat16")',
@@ -382,7 +382,9 @@ SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab m
          "torch.accelerator.empty_cache", "torch.accelerator.get_memory_info",
          "torch.cuda.memory._record_memory_history(", "torch.cuda.memory._dump_snapshot(",
          ".pin_memory()", "torch.accelerator.empty_host_cache", "non_blocking=True",
-         "d2l.measure(", "torch.mm(", "torch.mv(", "enable_timing=True", ".elapsed_time(",
+         "d2l.time_per_call(", "torch.mm(", "torch.mv(", "d2l.split_time(",
+         "d2l.tuning.backend_flags(", "datasheets.for_gpu(",
+         'd2l.gpu_runs.table("gpu-basics"',
          "torch.cuda.graph(", "graph.replay", "torch.cuda.Stream(", "side.wait_stream(main)",
          "A.record_stream(side)", 'TORCH_CUDA_SANITIZER="1"', "trace.plot_timeline(",
          "replicate(module, devices)", "scatter(inputs, devices)",
@@ -460,23 +462,42 @@ def test_the_sync_pages_losses_are_the_librarys():
 
 def test_the_sync_page_counts_each_synchronisation_once():
     """The page's sync_points keeps the outermost of nested syncing operators (on a GPU,
-    unique reads its count with an item of its own) and every separate one."""
+    unique reads its count with an item of its own) and every separate one; it counts an
+    index assignment of a Python number (index_put_ right after the lift_fresh that wrapped
+    the number) unless it became a masked_fill_, and then nothing inside it either (the item
+    of the number's host tensor); an index_put_ of a tensor is no wait of its own."""
     from d2l_ext import trace
 
     chapter = sources.parse(config.CHAPTERS / "en" / "host-device-sync.md")
     code = "\n".join(c.source for c in chapter.cells
                      if c.kind == "code" and c.framework == "torch")
     names = {"trace": trace}
-    for pattern in (r"^SYNCING_OPS = \(.*?\)$", r"^def sync_points\b.*?(?=\n\n\n|\Z)"):
+    for pattern in (r"^SYNCING_OPS = \(.*?\)$", r"^SETITEM = [^\n]*$",
+                    r"^def within\b.*?(?=\n\n\n|\Z)", r"^def assigns_number\b.*?(?=\n\n\n|\Z)",
+                    r"^def sync_points\b.*?(?=\n\n\n|\Z)"):
         block = re.search(pattern, code, re.S | re.M)
         assert block, f"the page defines no {pattern}"
         exec(block.group(0), names)
-    events = [trace.Event("aten::index", "h", 0, 10), trace.Event("aten::nonzero", "h", 1, 2),
-              trace.Event("aten::_unique2", "h", 20, 10),
-              trace.Event("aten::_local_scalar_dense", "h", 25, 1),
-              trace.Event("aten::count_nonzero", "h", 40, 1),
-              trace.Event("aten::_local_scalar_dense", "h", 50, 1)]
+    E = trace.Event
+    events = [E("aten::index", "h", 0, 10, "cpu_op"), E("aten::nonzero", "h", 1, 2, "cpu_op"),
+              E("aten::_unique2", "h", 20, 10, "cpu_op"),
+              E("aten::_local_scalar_dense", "h", 25, 1, "cpu_op"),
+              E("aten::count_nonzero", "h", 40, 1, "cpu_op"),
+              E("aten::_local_scalar_dense", "h", 50, 1, "cpu_op")]
     assert [e.start_us for e in names["sync_points"](events)] == [1, 20, 50]
+    number = [E("aten::lift_fresh", "h", 100, 1, "cpu_op"),  # t[idx] = -1: waits on a GPU
+              E("aten::index_put_", "h", 110, 20, "cpu_op"),
+              E("aten::_index_put_impl_", "h", 111, 18, "cpu_op"),
+              E("aten::lift_fresh", "h", 200, 1, "cpu_op"),  # t[mask] = -1: masked_fill_
+              E("aten::index_put_", "h", 210, 20, "cpu_op"),
+              E("aten::_local_scalar_dense", "h", 212, 1, "cpu_op"),
+              E("aten::masked_fill_", "h", 215, 5, "cpu_op"),
+              E("aten::clone", "h", 300, 5, "cpu_op"),  # t[idx] = tensor: no wait of its own
+              E("aten::index_put_", "h", 310, 20, "cpu_op"),
+              E("aten::lift_fresh", "h", 399, 1, "cpu_op"),  # on another thread: not its own
+              E("aten::index_put_", "other", 400, 20, "cpu_op")]
+    assert [(e.name, e.start_us) for e in names["sync_points"](number)] == [
+        ("aten::index_put_", 110)]
 
 
 def _sync_page_code(framework, start, end=None):
@@ -529,6 +550,82 @@ def test_the_sync_pages_cost_model_splits_a_step_at_its_first_and_last_sync():
     assert names["with_range"]([0.5]) == "0.50"
     assert names["in_order"](["a", "b", "b", "b", "a"]) == "a, b ×3, a"
     assert names["in_order"]([]) == "–"
+
+
+def _sync_page_gpu_state(on_gpu):
+    """The names the PyTorch tab's cells after the profiles read, as a run on a CUDA GPU
+    (`on_gpu`, figures like the book's H100 run) or on a CPU would leave them."""
+    import statistics
+    from types import SimpleNamespace
+
+    torch = pytest.importorskip("torch")
+    from d2l_ext import gpu_runs, i18n
+    from d2l_ext.utils import Timing, text_table
+
+    def terms(syncs, calls, waits, host, device, b, host_b, device_b, launches):
+        scale = 1 if on_gpu else 0
+        return {"syncs": syncs, "order": "", "sync_calls": calls * scale,
+                "launches": launches * scale, "waits": [waits * scale], "host": [host],
+                "device": [device * scale], "B": [b], "host_B": [host_b],
+                "device_B": [device_b * scale]}
+
+    costs = {"original": terms(6, 6, 18.91, 8.79, 28.43, 4.41, 2.34, 3.38, 240),
+             "where": terms(4, 4, 18.73, 8.79, 28.41, 3.90, 1.87, 3.20, 236),
+             "sort": terms(3, 3, 17.90, 9.54, 28.58, 3.49, 1.94, 3.17, 250),
+             "ignore_index": terms(0, 0, 0.03, 6.75, 25.03, 0, 0, 0, 200)}
+    profiled = {"original": 30.39, "where": 29.97, "sort": 29.82, "ignore_index": 25.44}
+    model = {"original": 29.46, "where": 29.11, "sort": 28.90, "ignore_index": 25.03}
+    steps = {"model_only": 24.43, "original": 29.65, "where": 29.43, "sort": 29.31,
+             "ignore_index": 25.15}
+    return {"torch": torch, "device": torch.device("cuda" if on_gpu else "cpu"),
+            "queues": on_gpu, "losses": dict.fromkeys(costs), "final": "ignore_index",
+            "costs": costs, "profiled": profiled, "model": model,
+            "timings": {k: Timing((v / 1e3, v / 1e3 * 1.01)) for k, v in steps.items()},
+            "fix_speedup": 29.65 / 25.15, "t_host": Timing((0.00645,)),
+            "log_timings": {1: Timing((0.02565,)), 4: Timing((0.02531,))},
+            "debug_counts": dict(zip(costs, (6, 4, 3, 0))) if on_gpu else None,
+            "mean": statistics.fmean, "text_table": text_table,
+            "LOSS": i18n.message(en="loss", zh="损失函数"),
+            "d2l": SimpleNamespace(message=i18n.message, label=i18n.label, gpu_runs=gpu_runs)}
+
+
+@pytest.mark.parametrize("on_gpu", [True, False])
+def test_the_sync_pages_gpu_figures_and_sentences_hold_on_either_device(on_gpu, monkeypatch,
+                                                                        capsys):
+    """The PyTorch tab's cells that compute the counts' check, the split of fix 3's gain,
+    the model's miss and the table of key figures run on a scripted CUDA run (they cannot run
+    here otherwise, and an exception there would waste a rare GPU run) and on a CPU run,
+    whose sentences then cite the book's GPU run instead."""
+    monkeypatch.delenv("D2L_CAPTURE", raising=False)
+    monkeypatch.delenv("D2L_CODE_VERSION", raising=False)
+    names = _sync_page_gpu_state(on_gpu)
+    for start in ("FIGURES = {", "def idle_ms(name):", "def figure(key, value"):
+        exec(_sync_page_code("torch", start), names)
+    printed = capsys.readouterr().out
+    said = {key: names[key].en for key in
+            ("count_check", "kept_note", "columns_note", "fix3_split", "miss_note")}
+    assert "6/4/3/0" in said["kept_note"] and "H100" in said["kept_note"]
+    if on_gpu:
+        assert "made 6/4/3/0 synchronising CUDA/HIP calls" in said["count_check"]
+        assert "between 3.38 and 5.72 ms" in said["columns_note"]
+        assert "in this run's traces" in said["fix3_split"]
+        assert "3.40 ms less work" in said["fix3_split"] and "1.55 ms" in said["fix3_split"]
+        assert "0.41 ms per profiled step" in said["miss_note"], said["miss_note"]
+        assert "about 2.0 µs" in said["miss_note"] or "about 2.1 µs" in said["miss_note"]
+        assert "this run (GPU)" in printed and "device idle ms" in printed
+    else:
+        assert "makes no CUDA or HIP calls" in said["count_check"]
+        assert "in the book's GPU run" in said["fix3_split"] and "1.18" in said["fix3_split"]
+        assert "3.40 ms less work" in said["fix3_split"]
+        assert "idle 0.41 ms" in said["miss_note"] and "2% short" in said["miss_note"]
+        assert "this run (CPU)" in printed
+    row = next(x for x in printed.splitlines() if x.startswith("syncs per step"))
+    assert row.split()[-2:] == (["6/4/3/0", "6/4/3/0"] if on_gpu else ["–", "6/4/3/0"])
+    monkeypatch.setattr(names["d2l"].gpu_runs, "load", lambda chapter: None)
+    for start in ("FIGURES = {", "def idle_ms(name):"):
+        exec(_sync_page_code("torch", start), names)
+    assert "keeps no count" in names["kept_note"].en
+    assert ("in this run's traces" if on_gpu else "keeps no GPU run") in names["fix3_split"].en
 
 
 def test_the_sync_pages_mxnet_waits_are_the_calls_that_ran_a_blocking_operator(tmp_path):

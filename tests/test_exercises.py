@@ -251,40 +251,71 @@ def test_tuning_summary_groups_the_verdicts_and_reads_the_mfu(device_type):
     assert ("On a CPU" in names["ladder_says"].en) is (device_type == "cpu")
 
 
-def cost_model_verdict(step_medians, probe, spread=1.1):
+def cost_model_verdict(step_medians, probe, spread=1.1, spreads=None, probe_spread=None,
+                       batch_size=4):
     """The cost-model cell on made-up timings: step medians (s) per batch and the probe's;
-    each timing's fastest run is its median divided by ``spread``."""
+    each timing's fastest run is its median divided by its spread (``spreads`` per batch,
+    ``probe_spread`` for the probe, else ``spread``); ``batch_size`` is the ladder's."""
     from d2l_ext.utils import Timing, text_table
 
-    def timing(median):
+    def timing(median, spread):
         return Timing((median / spread, median, median))
 
-    names = {"d2l": D2L, "text_table": text_table,
-             "step_timing": {b: timing(t) for b, t in step_medians.items()},
-             "overhead": timing(probe)}
+    spreads = spreads or {}
+    names = {"d2l": D2L, "text_table": text_table, "batch_size": batch_size,
+             "step_timing": {b: timing(t, spreads.get(b, spread))
+                             for b, t in step_medians.items()},
+             "overhead": timing(probe, probe_spread or spread)}
     with contextlib.redirect_stdout(io.StringIO()):
         exec(check_cell("tuning-tips", "fit_says = d2l.message("), names)
     return names
 
 
-def test_tuning_cost_model_compares_medians_and_refuses_a_disturbed_run():
+def test_tuning_cost_model_reads_each_timing_by_its_own_disturbance():
+    """A timing is read at its median unless it was disturbed (its median more than 1.25
+    times its fastest run), and then at its fastest run: the flag is per timing, never
+    global, and the verdict names the disturbed ones."""
     steps = {1: 0.011, 2: 0.012, 4: 0.014, 8: 0.018}  # a line with t_fixed = 10 ms
     calm = cost_model_verdict(steps, probe=0.009)
-    assert not calm["disturbed"] and "within a factor of 1.5 of the step" in calm["fit_says"]
-    assert calm["step_seconds"][8] == pytest.approx(0.018)  # the medians
+    assert "within a factor of 1.5 of the step" in calm["fit_says"].en
+    assert "Disturbed" not in calm["fit_says"].en
+    assert calm["step_seconds"] == pytest.approx(steps)  # the medians
+    assert calm["ladder_share"] == pytest.approx(0.009 / 0.014)  # at the ladder's batch, 4
+    assert calm["overhead_share"] == pytest.approx(0.009 / 0.018)  # at the largest, 8
+    assert "64% of a step at the ladder's batch of 4 and 50% of one at the largest batch, 8" \
+        in calm["share_says"].en
     assert "most of it is not overhead" in cost_model_verdict(steps, probe=0.004)["fit_says"]
     assert "underestimates" in cost_model_verdict(steps, probe=0.025)["fit_says"]
-    busy = cost_model_verdict(steps, probe=0.009, spread=4.0)  # the medians 4 times the fastest
-    assert busy["disturbed"] and "judges nothing" in busy["fit_says"]
-    assert "close" not in busy["fit_says"].en and "机器很忙" in busy["fit_says"].zh
-    assert busy["step_seconds"][8] == pytest.approx(0.018 / 4.0)  # the fastest runs
+    # one disturbed size: read at its fastest run, the tight ones keep their medians
+    one = cost_model_verdict(steps, probe=0.009, spreads={8: 4.0})
+    assert one["step_seconds"][8] == pytest.approx(0.018 / 4.0)
+    assert one["step_seconds"][1] == pytest.approx(0.011)
+    assert one["probe_seconds"] == pytest.approx(0.009)
+    assert one["fit_says"].en.startswith("Disturbed, and read at their fastest runs: batch 8;")
+    assert "批量 8" in one["fit_says"].zh
+    # a disturbed probe alone
+    probe = cost_model_verdict(steps, probe=0.009, probe_spread=2.0)
+    assert probe["probe_seconds"] == pytest.approx(0.0045)
+    assert probe["step_seconds"] == pytest.approx(steps)
+    assert "the step without arithmetic" in probe["fit_says"].en
+    assert "几乎不含计算的那一步" in probe["fit_says"].zh
+    # everything disturbed: every timing at its fastest run, and the line still judged
+    busy = cost_model_verdict(steps, probe=0.009, spread=4.0)
+    assert busy["step_seconds"][8] == pytest.approx(0.018 / 4.0)
     assert busy["overhead_share"] == pytest.approx(0.009 / 0.018)  # fastest against fastest
+    assert busy["fit_says"].en.startswith("Every timing was disturbed")
+    assert "within a factor of 1.5" in busy["fit_says"].en
+    # the ladder's batch is the largest (as on a CPU): the share is said once
+    same = cost_model_verdict(steps, probe=0.009, batch_size=8)
+    assert same["share_says"].en == "50% of a step at the ladder's batch of 8, the largest timed"
 
 
 @pytest.mark.parametrize("capability, bf16_timed", [((8, 0), True), ((7, 5), False)])
-def test_tuning_mixed_precision_sentence_without_bf16(monkeypatch, capability, bf16_timed):
+@pytest.mark.parametrize("tf32", [True, False])
+def test_tuning_mixed_precision_sentence_without_bf16(monkeypatch, capability, bf16_timed, tf32):
     """On a GPU whose tensor cores lack bf16 (a T4) bf16 is not timed: the sentence says so
-    and gives fp16's speed-up, never "nan times as fast"."""
+    and gives fp16's speed-up, never "nan times as fast". Where TF32 was measured, bf16's
+    matrix-product rate is read against TF32's too (the baseline of a float32 that uses it)."""
     import warnings
 
     torch = pytest.importorskip("torch")
@@ -301,7 +332,7 @@ def test_tuning_mixed_precision_sentence_without_bf16(monkeypatch, capability, b
     names = {"d2l": D2L, "torch": torch, "ladder": ladder, "tuning": tuning,
              "measure_in_turns": measure_in_turns, "random_batch": lambda b: (None, None),
              "device": SimpleNamespace(type="cuda"), "on_gpu": True, "large": 8, "small": 2,
-             "rates": {"fp32": 1.0, "bf16": 2.0}}
+             "rates": {"fp32": 1.0, "bf16": 16.0} | ({"tf32": 8.0} if tf32 else {})}
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")  # a CUDA GradScaler made without CUDA disables itself
         exec(check_cell("tuning-tips", "bf16_says = d2l.message(", "torch"), names)
@@ -309,8 +340,142 @@ def test_tuning_mixed_precision_sentence_without_bf16(monkeypatch, capability, b
     assert "nan" not in says
     if bf16_timed:
         assert "bf16 autocast ran a step 2.00 times as fast" in says
+        assert "16 times float32's rate" in says
+        assert ("and at 2 times TF32's" in says) is tf32
+        assert ("TF32 的 2 倍" in names["bf16_says"].zh) is tf32
     else:
         assert says.startswith("bf16 was not timed here") and "2.50 times" in says
+
+
+def compiled_gelu_sentences(compiled, eager, split=None, copy=(0.1, 0.1, 0.1),
+                            unfused=(1.0, 1.0, 1.0)):
+    """The cell after the GELU timings, on made-up timings (ms) and, for a GPU, d2l.split_time
+    results {"compiled": (host µs, device µs), "F.gelu": (...)}."""
+    from d2l_ext.timing import SplitTime
+    from d2l_ext.utils import Timing
+
+    def ms(times):
+        return Timing(tuple(t / 1e3 for t in times))
+
+    def us(host, device):
+        host, device = Timing((host / 1e6,) * 3), Timing((device / 1e6,) * 3)
+        return SplitTime(device, host, device, on_cpu=False)
+
+    names = {"d2l": D2L, "x": SimpleNamespace(numel=lambda: 1_000_000),
+             "gelu_timing": {"copy": ms(copy), "clone": ms(copy), "unfused": ms(unfused),
+                             "compiled": ms(compiled), "F.gelu": ms(eager)},
+             "gelu_split": {k: us(*v) for k, v in (split or {}).items()}}
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(check_cell("tuning-tips", "compiled_says = d2l.message(", "torch"), names)
+    return names
+
+
+def test_tuning_compiled_gelu_against_f_gelu_says_what_the_run_measured():
+    """The compiled chain against F.gelu (one kernel each): slower because its call is
+    host-bound, or because its kernel ran longer (both measured on a GPU), or with no way to
+    tell on a CPU; no difference where the ranges overlap. The copy's rate bounds the bytes."""
+    slow, fast = (0.30, 0.31, 0.32), (0.20, 0.21, 0.22)
+    host = compiled_gelu_sentences(slow, fast, {"compiled": (40, 30), "F.gelu": (8, 200)})
+    says = host["compiled_says"]
+    assert says.en.startswith("The compiled chain was slower than F.gelu in every run (1.48 ")
+    assert "host-bound" in says.en and "40.0 µs per call" in says.en and "受主机限制" in says.zh
+    kernel = compiled_gelu_sentences(slow, fast, {"compiled": (10, 300), "F.gelu": (8, 200)})
+    assert "generated kernel ran longer on the device (300.0 µs against F.gelu's 200.0 µs)" \
+        in kernel["compiled_says"].en
+    cpu = compiled_gelu_sentences(slow, fast)
+    assert "does not tell apart" in cpu["compiled_says"].en
+    same = compiled_gelu_sentences((0.2, 0.21, 0.3), fast)
+    assert "did not clearly differ" in same["compiled_says"].en
+    assert "看不出明显差别" in same["compiled_says"].zh
+    # 44 bytes per element at 0.8 GB per 0.1 ms (the copy's 8 bytes): 1 ms takes 0.44 ms of it
+    assert "at only 55% of the copy's rate" in same["bytes_say"].en
+    memory = compiled_gelu_sentences(slow, fast, unfused=(0.68, 0.6875, 0.69))
+    assert "at 80% of the copy's rate: it is memory-bound" in memory["bytes_say"].en
+
+
+@pytest.mark.parametrize("device_type", ["cuda", "cpu"])
+def test_tuning_key_figures_line_up_with_the_books_gpu_run(device_type):
+    """The chapter's key-figure table on made-up values: on a GPU it names every figure the
+    book's GPU record keeps (so the two columns line up), a CPU run leaves out only what a
+    CPU cannot measure; the sentences citing the record quote its machine, date and values."""
+    pytest.importorskip("torch")
+    from d2l_ext import gpu_runs
+    from d2l_ext.utils import text_table
+
+    shown = {}
+
+    def table(chapter, on_gpu, figures):
+        shown.update(on_gpu=on_gpu, labels=[f[0].en for f in figures])
+        with contextlib.redirect_stdout(io.StringIO()):
+            return gpu_runs.table(chapter, False, figures)  # checks labels and formats
+
+    d2l = SimpleNamespace(message=message, gpu_runs=SimpleNamespace(table=table,
+                                                                   load=gpu_runs.load))
+    on_gpu = device_type == "cuda"
+    rates = {"fp32": 50e12, "bf16": 700e12} | ({"tf32": 350e12} if on_gpu else {})
+    names = {"d2l": d2l, "text_table": text_table, "device": SimpleNamespace(type=device_type),
+             "on_gpu": on_gpu, "flops_per_image": 2.7e9, "mfu": 0.2, "large": 1024,
+             "mfu_name": message(en="MFU of the step at the largest batch",
+                                 zh="最大批量下一步的 MFU"),
+             "rates": rates, "conv_rate": 1.2e14, "profiled_ms": 50.0, "inside_ms": 40.0,
+             "unprofiled_ms": 42.0, "ladder_ms": 15.0, "host_ms": 11.0, "ladder_share": 0.7,
+             "device_ms": 10.0, "step_ips": 24_000.0, "slowest_loader": 57_000.0,
+             "channels_last_speedup": 1.5, "bandwidth": 3e12, "fusion_speedup": 4.0,
+             "compiled_ratio": 1.0, "fused_speedup": 6.0,
+             "speedup": {"fp32": 1.0, "bf16": 1.1} | ({"fp16": 1.3} if on_gpu else {})}
+    with contextlib.redirect_stdout(io.StringIO()):
+        for marker in ("datasheet_peaks = {", "figure_names = {", "def kept_all("):
+            exec(check_cell("tuning-tips", marker, "torch"), names)
+    record = gpu_runs.load("tuning-tips")
+    kept_labels = {f.en for f in record.figures}
+    assert shown["on_gpu"] is on_gpu
+    if on_gpu:
+        assert kept_labels <= set(shown["labels"])
+    else:
+        assert kept_labels - set(shown["labels"]) == {
+            "TF32 matrix product (TFLOP/s)", "bf16 / TF32 matrix-product rate",
+            "fp16 autocast step, speed-up over fp32"}
+        assert "kernels per step at the ladder's batch (ms)" not in shown["labels"]
+        assert "18.8%" in names["gpu_mfu_says"].en and "2026-11-24" in names["gpu_mfu_says"].en
+        assert "24,111 images per second" in names["gpu_loader_says"].en
+    says = names["gpu_says"]
+    assert says.en.startswith("In the book's GPU run (1 x NVIDIA H100 80GB HBM3, PyTorch "
+                              "2.11.0+cu130, 2026-11-24), a bf16 matrix product ran at 13.8 "
+                              "times float32's rate with TF32 off, but at 2.05 times TF32's")
+    assert "（1 x NVIDIA H100 80GB HBM3，PyTorch 2.11.0+cu130，2026-11-24）" in says.zh
+    assert "did not measure the device's kernel time" in names["gpu_bound_says"].en
+
+
+@pytest.mark.parametrize("device_type, probe_ms, kernels_ms, verdict", [
+    ("cuda", 11.0, 5.0, "the step is host-bound"),
+    ("cuda", 2.0, 10.0, "the step is device-bound"),
+    ("cuda", 10.0, 9.5, "the two sides are close"),
+    ("cpu", 10.0, 9.5, "On a CPU the host does the arithmetic itself"),
+])
+def test_tuning_host_or_device_bound_at_the_ladders_batch(device_type, probe_ms, kernels_ms,
+                                                          verdict):
+    """The profile cell on made-up profiles: at the ladder's batch the host's work per step
+    (the step without arithmetic) is set against the device's (its kernels); the profiled
+    step is read against the same step without the profiler."""
+    from d2l_ext import breakdown
+
+    def profile(kernels_ms, wall_ms):
+        seconds = {"matmul": kernels_ms / 2e3, "elementwise": kernels_ms / 2e3,
+                   "optimizer": 0.0, "other": 0.0}
+        return breakdown.Breakdown(seconds, wall_ms / 1e3, 1, device_type)
+
+    made = iter([profile(kernels_ms, 16.0), profile(42.0, 53.6)])  # batch 256, then 1024
+    names = {"d2l": D2L, "device": SimpleNamespace(type=device_type), "batch_size": 256,
+             "large": 1024, "inputs": {}, "train_step": None, "flops_per_image": 2.7e9,
+             "peak": 350e12, "probe_seconds": probe_ms / 1e3, "ladder_share": 0.7,
+             "step_seconds": {256: 0.015, 1024: 0.0425},
+             "breakdown": SimpleNamespace(torch_step=lambda step, device, steps: next(made))}
+    exec(check_cell("tuning-tips", "profiles = {b: breakdown.torch_step(", "torch"), names)
+    assert verdict in names["bound_says"].en
+    assert "The profiler made the step 11.1 ms slower" in names["profiler_says"].en
+    if device_type == "cuda":
+        assert "the same step took 42.5 ms against 42.0 ms of kernels, so the device was idle " \
+               "for about 0.5 ms of it" in names["outside_says"].en
 
 
 # ------------------------------------------------------------ host-device synchronisation
@@ -334,7 +499,7 @@ def test_sync_exercise_2_counting_steps():
     assert run(cell, "num_steps_answer, num_distinct_answer = 3, 4", "zh").startswith("正确")
 
 
-@pytest.mark.parametrize("framework, right, forgot", [("torch", (6, 1), (5, 0)),
+@pytest.mark.parametrize("framework, right, forgot", [("torch", (7, 1), (6, 0)),
                                                       ("mxnet", (4, 1), (3, 0))])
 def test_sync_exercise_5_one_more_read(framework, right, forgot):
     """The counts do not depend on the machine (the same operators wait on every device);
