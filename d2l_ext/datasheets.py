@@ -65,7 +65,9 @@ SHEETS = {
                           900 * GIGA, _H100),
     "H100 PCIe": Datasheet("H100 PCIe", 51 * TERA, 756 / 2 * TERA, 1513 / 2 * TERA,
                            1513 / 2 * TERA, 3026 / 2 * TERA, 2.0 * TERA, 64 * GIGA,
-                           600 * GIGA, _H100),
+                           600 * GIGA,  # NVIDIA's H100 PCIe product brief, PB-11133-001
+                           "https://www.nvidia.com/content/dam/en-zz/Solutions/gtcs22/"
+                           "data-center/h100/PB-11133-001_v01.pdf"),
     "A100 SXM 80GB": Datasheet("A100 SXM 80GB", 19.5 * TERA, 156 * TERA, 312 * TERA,
                                312 * TERA, None, 2.039 * TERA, 32 * GIGA, 600 * GIGA, _A100),
     "A100 SXM 40GB": Datasheet("A100 SXM 40GB", 19.5 * TERA, 156 * TERA, 312 * TERA,
@@ -77,6 +79,8 @@ SHEETS = {
     "L4": Datasheet("L4", 30.3 * TERA, 120 / 2 * TERA, 242 / 2 * TERA, 242 / 2 * TERA,
                     485 / 2 * TERA, 300 * GIGA, 32 * GIGA, None,
                     "https://www.nvidia.com/en-us/data-center/l4/"),
+    # the V100 sheet's 32 GB/s PCIe figure is the PCIe card's; an SXM2 module's host link
+    # is the same PCIe 3.0 x16 (16 GB/s a direction)
     "V100 SXM2": Datasheet("V100 SXM2", 15.7 * TERA, None, None, 125 * TERA, None,
                            900 * GIGA, 16 * GIGA, 300 * GIGA,
                            "https://images.nvidia.com/content/technologies/volta/pdf/"
@@ -90,7 +94,7 @@ SHEETS = {
 _PATTERNS = [
     (r"\bH200\b(?!.*\bNVL\b)", "H200 SXM"),
     (r"\bH100\b.*\bPCIe\b", "H100 PCIe"),
-    (r"\bH100\b.*\b(?:SXM|HBM3)\b", "H100 SXM"),
+    (r"\bH100\b.*\b(?:SXM\d*|HBM3)\b", "H100 SXM"),
     (r"\bA100\b.*\bSXM.*80\s?GB", "A100 SXM 80GB"),
     (r"\bA100\b.*\bSXM", "A100 SXM 40GB"),
     (r"\bA100\b.*80\s?GB.*\bPCIe\b|\bA100\b.*\bPCIe\b.*80\s?GB", "A100 PCIe 80GB"),
@@ -103,7 +107,10 @@ _PATTERNS = [
 
 def for_gpu(name: str) -> Datasheet | None:
     """The datasheet row of a GPU by the name it reports (``"NVIDIA H100 80GB HBM3"``,
-    ``"NVIDIA A100-SXM4-80GB"``, ``"Tesla T4"``), or ``None`` if the table lacks it."""
+    ``"NVIDIA A100-SXM4-80GB"``, ``"Tesla T4"``), or ``None`` if the table lacks it; also
+    ``None`` for a MIG slice (``"... MIG 1g.10gb"``), which has a fraction of the GPU."""
+    if re.search(r"\bMIG\b", name):
+        return None  # a MIG slice has a fraction of the GPU's units and bandwidth
     for pattern, key in _PATTERNS:
         if re.search(pattern, name, re.I):
             return SHEETS[key]

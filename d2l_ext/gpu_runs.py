@@ -78,7 +78,9 @@ class GpuRun:
     def describe(self) -> Text:
         """One sentence: which machine, framework, date and code version."""
         run, same = self.run, self.from_this_code()
-        gpu = f"{run['gpus']} x {run['gpu']}" if run.get("gpus") else run.get("machine", "?")
+        gpu_en = (f"{run['gpus']} \u00d7 {run['gpu']}" if run.get("gpus")
+                  else run.get("machine", "?"))
+        gpu_zh = f"{run['gpus']} 块 {run['gpu']}" if run.get("gpus") else gpu_en
         code_en = {True: "the code on this page",
                    False: "an earlier version of this chapter's code, so a figure may differ "
                           "from what this page's code measures",
@@ -87,9 +89,9 @@ class GpuRun:
                    False: "这是本章代码的较早版本，其中的数字可能与本页代码测得的不同",
                    None: "本章的代码"}[same]
         return message(
-            en=f"The book's GPU run: {gpu}, {run['framework']}, {run['date']}, commit "
+            en=f"The book's GPU run: {gpu_en}, {run['framework']}, {run['date']}, commit "
                f"{self.commit} ({code_en}).",
-            zh=f"本书的 GPU 运行：{gpu}，{run['framework']}，{run['date']}，提交 {self.commit}"
+            zh=f"本书的 GPU 运行：{gpu_zh}，{run['framework']}，{run['date']}，提交 {self.commit}"
                f"（{code_zh}）。")
 
 
@@ -153,7 +155,7 @@ def table(chapter: str, on_gpu: bool, figures: Sequence[tuple]) -> GpuRun | None
     record = load(chapter)
     here = message(en="this run (GPU)", zh="本次运行（GPU）") if on_gpu else message(
         en="this run (CPU)", zh="本次运行（CPU）")
-    columns = [message(en="figure", zh="数字"), here]
+    columns = [message(en="figure", zh="指标"), here]
     rows = [[Text(f.en, f.zh), f.shown()] for f in mine]
     if record is not None:
         date = record.run["date"]

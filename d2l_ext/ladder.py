@@ -32,7 +32,7 @@ from torch import nn
 from torch.utils import data
 from torch.utils.flop_counter import FlopCounterMode
 
-from d2l_ext import fashion_mnist, tuning
+from d2l_ext import fashion_mnist, timing, tuning
 from d2l_ext import torch as d2l
 from d2l_ext.i18n import Text, label, message
 from d2l_ext.utils import Timer, Timing, TrainResult, text_table
@@ -361,6 +361,40 @@ def matmul_flops_per_second(device: torch.device, dtype: torch.dtype = torch.flo
             if one * 8 > seconds:
                 break
     return best
+
+
+def conv_flops_per_second(device: torch.device | str, dtype: torch.dtype = torch.float32,
+                          batch_size: int = 32, channels: int = 64, size: int = 28) -> float:
+    """The rate of a 3x3 convolution's forward pass on ``device`` (FLOP/s, the fastest of
+    five blocks of at least 50 ms): the library the network's convolutions run in (cuDNN,
+    oneDNN), which on a CPU may be faster than the matrix products of ``torch.mm`` (MKL):
+    a reference rate for the step's arithmetic must be at least this."""
+    device = d2l.as_device(device)
+    x = torch.randn(batch_size, channels, size, size, device=device).to(dtype)
+    w = torch.randn(channels, channels, 3, 3, device=device).to(dtype)
+    flops = 2 * batch_size * channels * channels * 9 * size * size
+    with torch.no_grad():
+        measured = timing.time_per_call(
+            lambda: torch.nn.functional.conv2d(x, w, padding=1), device, repeats=5, warmup=2)
+    return flops / measured.min
+
+
+def batchnorm_backend(device: torch.device, amp: str | None, channels_last: bool = False,
+                      batch_size: int = 8) -> str:
+    """Which kernel library eager BatchNorm takes on ``device`` for the inputs autocast gives
+    it (``"cudnn"``, ``"miopen"``, ``"native"``; ``"native"`` on a CPU), as PyTorch's own
+    ``torch._C._select_batch_norm_backend`` decides."""
+    dtype = tuning.AMP_DTYPES[amp] if amp else torch.float32
+    x = torch.zeros(batch_size, 64, 14, 14, device=device, dtype=dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w, b = torch.ones(64, device=device), torch.zeros(64, device=device)
+    mean, var = torch.zeros(64, device=device), torch.ones(64, device=device)
+    select = getattr(torch._C, "_select_batch_norm_backend", None)
+    if select is None:
+        return "unknown (this PyTorch does not say)"
+    backend = select(x, w, b, mean, var, True, 1e-5)
+    return str(backend).rsplit(".", 1)[-1].lower()
 
 
 # ---------------------------------------------------------------- running the ladder

@@ -21,17 +21,23 @@ variant            background -> ignored, label count    cross-entropy          
                                                          ``ignore_index=...)``
 =================  ====================================  =========================  =====
 
+The counts are those of a CUDA or ROCm GPU, and of the operators that a CPU profile shows in
+their place. On another accelerator (Apple's MPS, Intel's XPU) the index assignment of
+``"original"`` makes its number on the device and waits for nothing, so ``"original"``
+synchronises 5 times there.
+
 What synchronises on a GPU is every operation whose result's size the host must learn from
 the device: ``torch.nonzero``, ``torch.unique``, and each boolean index ``t[mask]`` (computed
 with a ``nonzero`` of the mask), once in the forward pass for the scores and once for the
 labels, and once more in the backward pass, where the scores' gradient is written back
-through the mask. And one more that learns nothing: the index assignment
-``target[indices] = ignore_value`` of ``"original"``. For a CUDA tensor, Python's
+through the mask. And, on a CUDA or ROCm GPU, one more that learns nothing: the index
+assignment ``target[indices] = ignore_value`` of ``"original"``. For a CUDA tensor, Python's
 ``__setitem__`` wraps the number in a one-element CPU tensor (``THPVariable_setitem``), and
 ``index_put_`` copies it to the device with a blocking copy (``_index_put_impl_``; the copy is
 ``memcpy_and_sync``, a ``cudaMemcpyAsync`` then a ``cudaStreamSynchronize``). With a single
 boolean mask instead, ``index_put_`` becomes ``masked_fill_`` with the number read on the host,
-and nothing waits; ``torch.where``, as in the other variants, never does. The Python ``if``
+and nothing waits; on another accelerator the number is made on the device, and nothing is
+copied. ``torch.where``, as in the other variants, never waits. The Python ``if``
 adds none of its own: it tests ``unique(...).numel()``, a host integer, and the wait has
 already happened inside ``unique``. In order, a step of ``"original"`` synchronises in
 ``nonzero``, the index assignment, ``unique``, the two boolean indexes and the backward pass,

@@ -130,11 +130,39 @@ class Timing:
         """Every run of ``self`` was faster than every run of ``other`` (no overlap)."""
         return self.max < other.min
 
-    def text(self, unit: str = "ms", digits: int = 2) -> str:
-        """``"12.34 ms (11.90-13.01)"``: the median and the range, in ``unit`` (s, ms, us)."""
+    def text(self, unit: str = "ms", digits: int = 2) -> Text:
+        """``"12.34 ms (11.90–13.01)"``: the median and the range, in ``unit`` (s, ms, us),
+        in the reader's language (Chinese: ``"12.34 毫秒（11.90–13.01）"``)."""
         scale = {"s": 1.0, "ms": 1e3, "us": 1e6}[unit]
-        return (f"{self.median * scale:.{digits}f} {unit} "
-                f"({self.min * scale:.{digits}f}\u2013{self.max * scale:.{digits}f})")
+        zh_unit = {"s": "秒", "ms": "毫秒", "us": "微秒"}[unit]
+        median, low, high = (f"{t * scale:.{digits}f}" for t in (self.median, self.min, self.max))
+        return message(en=f"{median} {unit} ({low}\u2013{high})",
+                       zh=f"{median} {zh_unit}（{low}\u2013{high}）")
+
+
+FASTER, NO_GAIN, SLOWER = "faster", "no clear gain", "slower"
+
+
+def paired_verdict(ratios: Sequence[float]) -> str:
+    """A setting against another from the ratios of their times, one per round in which both
+    ran (``this / other``): ``"faster"`` if it was faster in every round, ``"slower"`` if
+    slower in every round, else ``"no clear gain"`` (``""`` without rounds). A drift of the
+    machine falls on both members of a pair alike, so pairs survive a drift that makes
+    ranges over all rounds overlap."""
+    if not ratios:
+        return ""
+    if max(ratios) < 1:
+        return FASTER
+    if min(ratios) > 1:
+        return SLOWER
+    return NO_GAIN
+
+
+def false_alarm(rounds: int) -> float:
+    """The chance that two equally fast settings get a :func:`paired_verdict` other than
+    "no clear gain": each round's ratio on either side of 1 with even odds, independently,
+    and all ``rounds`` on the same side."""
+    return 2 * 0.5 ** rounds
 
 
 def measure(f, barrier, repeats: int = 5, warmup: int = 1) -> Timing:

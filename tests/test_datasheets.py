@@ -16,6 +16,8 @@ from d2l_ext import datasheets
     ("Tesla V100-SXM2-16GB", "V100 SXM2"), ("Tesla T4", "T4"),
     ("NVIDIA A100-PG509-200", None), ("NVIDIA H100 NVL", None), ("NVIDIA H200 NVL", None),
     ("NVIDIA L40S", None), ("Tesla V100-DGXS-32GB", None), ("", None),
+    ("NVIDIA H100 SXM5 80GB", "H100 SXM"), ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", None),
+    ("NVIDIA H200 MIG 1g.18gb", None),
 ])
 def test_reported_names_find_their_row_and_no_other(reported, row):
     sheet = datasheets.for_gpu(reported)

@@ -56,7 +56,7 @@ def test_a_cpu_run_shows_the_kept_gpu_figures_beside_its_own(records, capsys):
     assert row.split()[-2:] == ["40.12", "12.56"]
     assert next(x for x in lines if x.startswith("new figure")).split()[-1] == "\u2013"
     assert next(x for x in lines if x.startswith("an old figure")).split()[-2:] == ["\u2013", "7"]
-    assert ("1 x NVIDIA H100 80GB HBM3, PyTorch 2.11.0+cu130, 2026-11-24, commit ec40dc2"
+    assert ("1 \u00d7 NVIDIA H100 80GB HBM3, PyTorch 2.11.0+cu130, 2026-11-24, commit ec40dc2"
             in lines[-1])
     assert record.value("an old figure") == 7
     with pytest.raises(KeyError, match="has no figure 'missing'"):
@@ -80,7 +80,7 @@ def test_the_chinese_table_and_sentence(records, capsys, monkeypatch):
     gpu_runs.table("demo", False, figures(1.0))
     out = capsys.readouterr().out
     assert "本次运行（CPU）" in out and "本书的 GPU 运行（2026-11-24）" in out
-    assert "发出一个操作 t1（微秒）" in out and "本书的 GPU 运行：1 x NVIDIA H100" in out
+    assert "发出一个操作 t1（微秒）" in out and "本书的 GPU 运行：1 块 NVIDIA H100" in out
     assert "issue one" not in out
 
 

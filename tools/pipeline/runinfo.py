@@ -28,7 +28,8 @@ def probe(framework: str) -> str:
 def machine_name(run: dict, lang: str) -> str:
     """The machine of a run as a page in ``lang`` names it."""
     if run.get("gpus"):
-        return run["machine"]
+        gpu = run.get("gpu") or run["machine"]
+        return f"{run['gpus']} 块 {gpu}" if lang == "zh" else f"{run['gpus']} \u00d7 {gpu}"
     return f"仅 CPU（{run['cpu']}）" if lang == "zh" else f"CPU only ({run['cpu']})"
 
 
