@@ -120,7 +120,7 @@ SHIPPED: dict[str, tuple[str, str, str, str]] = {
         "facebookresearch/HolisticTraceAnalysis @ f4d0062", "MIT"),
     "nccl_rank0_sampled": (
         "nccl_rank0_sampled.trace.json.gz",
-        "GPU not named in the trace (cutlass_80 kernels: A100-class)",
+        "GPU not named in the trace (Ampere-generation kernels: likely an A100)",
         "facebookresearch/HolisticTraceAnalysis @ f4d0062", "MIT"),
 }
 _DATA = ("data", "gpu_traces")

@@ -358,9 +358,12 @@ class TrainResult:
             zh=f"测试准确率 {acc:.3f}，每轮 {sec:.1f} 秒，每秒 {ips:.0f} 张图像，设备：{on}")
 
     def device_names(self) -> str:
-        """``"2 x cpu"`` for repeated devices, else the list: ``"cpu(0), cpu(1)"``."""
+        """``"cpu"`` for one device, ``"2 × cpu"`` for repeated devices, else the list:
+        ``"cpu(0), cpu(1)"``."""
+        if len(self.devices) == 1:
+            return self.devices[0]
         if len(set(self.devices)) == 1:
-            return f"{len(self.devices)} x {self.devices[0]}"
+            return f"{len(self.devices)} \u00d7 {self.devices[0]}"
         return ", ".join(self.devices)
 
 

@@ -59,7 +59,7 @@ def test_multi_device_writes_its_json_at_smoke_size(tmp_path, fmnist_dir):
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text(encoding="utf-8"))
     assert result["columns"] == ["devices", "test acc", "sec/epoch", "images/sec"]
-    assert [row[0] for row in result["rows"]] == ["1 x cpu"]
+    assert [row[0] for row in result["rows"]] == ["cpu"]
     assert (result["args"]["num_train"], result["args"]["num_test"]) == (64, 64)
     assert (result["args"]["epochs"], result["args"]["batch_per_device"]) == (1, 32)  # smoke
     assert "test acc" in done.stdout
@@ -91,4 +91,4 @@ def test_multi_device_smoke_defaults(tmp_path, monkeypatch):
     assert {(c[4]["num_train"], c[4]["num_test"]) for c in calls} == {(256, 256)}
     result = json.loads(out.read_text(encoding="utf-8"))
     assert result["args"]["num_train"] == 256 and result["args"]["epochs"] == 1
-    assert [row[0] for row in result["rows"]] == ["1 x cpu", "2 x cpu"]
+    assert [row[0] for row in result["rows"]] == ["cpu", "2 \u00d7 cpu"]

@@ -79,8 +79,8 @@ def test_the_chinese_table_and_sentence(records, capsys, monkeypatch):
     records("demo", [("issue one operation, t1 (µs)", "发出一个操作 t1（微秒）", 12.56, ".2f")])
     gpu_runs.table("demo", False, figures(1.0))
     out = capsys.readouterr().out
-    assert "本次运行（CPU）" in out and "本书的 GPU 运行（2026-11-24）" in out
-    assert "发出一个操作 t1（微秒）" in out and "本书的 GPU 运行：1 块 NVIDIA H100" in out
+    assert "本次运行（CPU）" in out and "本书在 GPU 上的运行（2026-11-24）" in out
+    assert "发出一个操作 t1（微秒）" in out and "本书在 GPU 上的运行：1 块 NVIDIA H100" in out
     assert "issue one" not in out
 
 

@@ -272,7 +272,8 @@ def test_train_progress_speaks_the_reader_language(monkeypatch, capsys):
 
 
 def test_device_names_count_repeated_stand_ins():
-    assert TrainResult(["cpu", "cpu"], 64, 0.1).device_names() == "2 x cpu"
+    assert TrainResult(["cpu", "cpu"], 64, 0.1).device_names() == "2 \u00d7 cpu"
+    assert TrainResult(["cuda:0"], 64, 0.1).device_names() == "cuda:0"
     assert TrainResult(["cpu(0)", "cpu(1)"], 64, 0.1).device_names() == "cpu(0), cpu(1)"
 
 
@@ -322,7 +323,7 @@ def test_train_progress_in_notebook_plots(fake_notebook, capsys):
 
 def test_train_result_summary_without_epochs_and_device_names():
     same = utils.TrainResult(["cpu", "cpu"], 128, 0.2)
-    assert same.summary() == "no epochs trained on 2 x cpu"
+    assert same.summary() == "no epochs trained on 2 \u00d7 cpu"
     mixed = utils.TrainResult(["cpu(0)", "cpu(1)"], 128, 0.2)
     assert mixed.device_names() == "cpu(0), cpu(1)"
 

@@ -34,7 +34,7 @@ TEXT = {
         "call": "torch.mm(a, b)", "cpu_tensor": "CPU 张量", "cuda_tensor": "CUDA 张量",
         "inline": "算子在调用线程中执行", "returns_done": "结果算好才返回",
         "launch": "发射核函数", "returns_now": "立即返回",
-        "stream": "CUDA 流：按发出顺序执行", "device": "GPU",
+        "stream": "CUDA 流：按发射顺序执行", "device": "GPU",
         "minibatch": "小批量", "shard": "分片", "fwd_bwd": "前向 + 反向",
         "allreduce": "全归约：对梯度求平均", "update": "相同的更新",
         "compute": "计算", "comm": "通信", "fwd": "前向",

@@ -20,9 +20,9 @@
       framework: "Framework:",
     },
     zh: {
-      none: (fw) => `这一步没有 ${NAMES[fw]} 代码。`,
+      none: (fw) => `此处没有 ${NAMES[fw]} 代码。`,
       launch: { torch: "在 Colab 中打开", mxnet: "在 SageMaker Studio Lab 中打开" },
-      download: (fw) => `${NAMES[fw]} 笔记本 (.ipynb)`,
+      download: (fw) => `${NAMES[fw]} 笔记本（.ipynb）`,
       other: "English",
       framework: "框架：",
     },
