@@ -118,17 +118,19 @@ def code_only(source: str) -> str:
 
     ``# NBVAL_...`` markers are kept: they change what the tests check.
     """
-    kept, prev = [], tokenize.NEWLINE
+    kept, statement_start = [], True
     for tok in tokenize.generate_tokens(io.StringIO(source + "\n").readline):
         if tok.type == tokenize.COMMENT and "NBVAL" not in tok.string:
             continue
-        if tok.type == tokenize.STRING and prev in (tokenize.NEWLINE, tokenize.INDENT,
-                                                    tokenize.DEDENT, tokenize.NL):
-            prev = tok.type
+        if tok.type in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+            statement_start = True
             continue
-        if tok.type not in (tokenize.NL, tokenize.INDENT, tokenize.DEDENT):
-            kept.append(tok.string)
-        prev = tok.type
+        if tok.type == tokenize.NL:  # a line break inside a statement, or a blank line
+            continue
+        if tok.type == tokenize.STRING and statement_start:  # a docstring: a statement
+            continue  # that is a string alone (a string continuing an expression is code)
+        kept.append(tok.string)
+        statement_start = False
     return " ".join(t for t in kept if t.strip())
 
 
