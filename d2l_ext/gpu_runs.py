@@ -91,8 +91,8 @@ class GpuRun:
         return message(
             en=f"The book's GPU run: {gpu_en}, {run['framework']}, {run['date']}, commit "
                f"{self.commit} ({code_en}).",
-            zh=f"本书在 GPU 上的运行：{gpu_zh}，{run['framework']}，{run['date']}，提交 {self.commit}"
-               f"（{code_zh}）。")
+            zh=f"本书在 GPU 上的运行：{gpu_zh}，{run['framework']}，{run['date']}，"
+               f"提交 {self.commit}（{code_zh}）。")
 
 
 def path(chapter: str) -> Path:
@@ -159,7 +159,8 @@ def table(chapter: str, on_gpu: bool, figures: Sequence[tuple]) -> GpuRun | None
     rows = [[Text(f.en, f.zh), f.shown()] for f in mine]
     if record is not None:
         date = record.run["date"]
-        columns.append(message(en=f"the book's GPU run, {date}", zh=f"本书在 GPU 上的运行（{date}）"))
+        columns.append(message(en=f"the book's GPU run, {date}",
+                               zh=f"本书在 GPU 上的运行（{date}）"))
         theirs = {f.en: f for f in record.figures}
         for row, f in zip(rows, mine):
             row.append(theirs[f.en].shown() if f.en in theirs else "\u2013")
