@@ -152,7 +152,9 @@ def torch_step(step: Callable[[], object], device, steps: int = 3,
     called); on a GPU, the time of the kernels it launched, where user annotations such as
     ``Optimizer.step#SGD.step`` count nothing (their kernels are their operators'). The
     queue is drained before the recorded steps and after them, so that the wall time covers
-    their work.
+    their work; the clock stops before the last ``prof.step()``, which ends the recording
+    (it stops the profiler and, on a GPU, flushes its buffers): a one-off cost that is not
+    the steps'.
     """
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, schedule
@@ -179,11 +181,12 @@ def torch_step(step: Callable[[], object], device, steps: int = 3,
         synchronize(device)
         prof.step()
         start = time.perf_counter()
-        for _ in range(steps):
+        for i in range(steps):
             step()
+            if i == steps - 1:  # the last prof.step() stops the profiler: not the steps' time
+                synchronize(device)
+                wall = time.perf_counter() - start
             prof.step()
-        synchronize(device)
-        wall = time.perf_counter() - start
 
     def names(event) -> list[str]:
         found = []

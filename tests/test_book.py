@@ -320,9 +320,9 @@ def test_run_note_names_the_machine_in_the_page_language():
            "framework": "PyTorch 2.13.0", "python": "3.11", "date": "2026-11-22", "size": "full"}
     assert "CPU only (Intel Xeon)" in runinfo.run_note(run, "en")
     assert "仅 CPU（Intel Xeon）" in runinfo.run_note(run, "zh")
-    gpu = dict(run, machine="1 x NVIDIA H100 80GB HBM3", gpus=1)
-    assert "1 x NVIDIA H100 80GB HBM3" in runinfo.run_note(gpu, "zh")
-    assert "1 x NVIDIA H100 80GB HBM3" in runinfo.run_note(gpu, "en")
+    gpu = dict(run, machine="1 x NVIDIA H100 80GB HBM3", gpus=1, gpu="NVIDIA H100 80GB HBM3")
+    assert "1 块 NVIDIA H100 80GB HBM3" in runinfo.run_note(gpu, "zh")
+    assert "1 \u00d7 NVIDIA H100 80GB HBM3" in runinfo.run_note(gpu, "en")
 
 
 def test_unknown_framework_block_is_refused(tmp_path):
@@ -472,7 +472,7 @@ def test_the_sync_page_counts_each_synchronisation_once():
     code = "\n".join(c.source for c in chapter.cells
                      if c.kind == "code" and c.framework == "torch")
     names = {"trace": trace}
-    for pattern in (r"^SYNCING_OPS = \(.*?\)$", r"^SETITEM = [^\n]*$",
+    for pattern in (r"^SYNCING_OPS = \(.*?\)$", r"^SETITEM = [^\n]*$", r"^VIEWS = \(.*?\)  #",
                     r"^def within\b.*?(?=\n\n\n|\Z)", r"^def assigns_number\b.*?(?=\n\n\n|\Z)",
                     r"^def sync_points\b.*?(?=\n\n\n|\Z)"):
         block = re.search(pattern, code, re.S | re.M)
@@ -495,9 +495,18 @@ def test_the_sync_page_counts_each_synchronisation_once():
               E("aten::clone", "h", 300, 5, "cpu_op"),  # t[idx] = tensor: no wait of its own
               E("aten::index_put_", "h", 310, 20, "cpu_op"),
               E("aten::lift_fresh", "h", 399, 1, "cpu_op"),  # on another thread: not its own
-              E("aten::index_put_", "other", 400, 20, "cpu_op")]
+              E("aten::index_put_", "other", 400, 20, "cpu_op"),
+              E("aten::lift_fresh", "h", 500, 1, "cpu_op"),  # t[1:, idx] = -1: a view between
+              E("aten::slice", "h", 502, 4, "cpu_op"), E("aten::as_strided", "h", 503, 1, "cpu_op"),
+              E("aten::index_put_", "h", 510, 20, "cpu_op"),
+              E("aten::lift_fresh", "h", 600, 1, "cpu_op"),  # t[idx] = torch.tensor(-1.0)
+              E("aten::detach_", "h", 602, 3, "cpu_op"), E("detach_", "h", 603, 1, "cpu_op"),
+              E("aten::index_put_", "h", 610, 20, "cpu_op"),
+              E("aten::lift_fresh", "h", 700, 1, "cpu_op"),  # an op that computes in between
+              E("aten::add", "h", 702, 2, "cpu_op"),
+              E("aten::index_put_", "h", 710, 20, "cpu_op")]
     assert [(e.name, e.start_us) for e in names["sync_points"](number)] == [
-        ("aten::index_put_", 110)]
+        ("aten::index_put_", 110), ("aten::index_put_", 510), ("aten::index_put_", 610)]
 
 
 def _sync_page_code(framework, start, end=None):
@@ -521,11 +530,12 @@ def test_the_sync_pages_cost_model_splits_a_step_at_its_first_and_last_sync():
     import collections
     import itertools
     import statistics
+    from types import SimpleNamespace
 
-    from d2l_ext import trace
+    from d2l_ext import i18n, trace
 
     names = {"trace": trace, "collections": collections, "itertools": itertools,
-             "statistics": statistics}
+             "statistics": statistics, "d2l": SimpleNamespace(message=i18n.message)}
     exec(_sync_page_code(None, "def step_split"), names)
     exec(_sync_page_code(None, "def predicted_ms", "\n\n\nmodel = "), names)
     E = trace.Event
@@ -548,8 +558,14 @@ def test_the_sync_pages_cost_model_splits_a_step_at_its_first_and_last_sync():
     assert two["device"] == pytest.approx([0.079 / 2]) and two["profiled"] == [0.075]
     assert names["with_range"]([1.0, 2.0, 3.0]) == "2.00 (1.00–3.00)"
     assert names["with_range"]([0.5]) == "0.50"
+    assert names["with_range"]([1.0, 2.0, 3.0]).zh == "2.00（1.00–3.00）"
     assert names["in_order"](["a", "b", "b", "b", "a"]) == "a, b ×3, a"
+    assert names["in_order"](["a", "b", "b", "b", "a"]).zh == "a、b ×3、a"
     assert names["in_order"]([]) == "–"
+    both = names["merged"]([dict(two, syncs=6, order="x"), dict(one, syncs=6, order="y")])
+    assert both["host"] == pytest.approx([0.087, 0.050, 0.092]) and both["syncs"] == 6
+    assert both["profiled"] == [0.075, 0.120] and both["order"] == "x"
+    assert names["median"](both["profiled"]) == pytest.approx(0.0975)
 
 
 def _sync_page_gpu_state(on_gpu):
@@ -578,7 +594,8 @@ def _sync_page_gpu_state(on_gpu):
     steps = {"model_only": 24.43, "original": 29.65, "where": 29.43, "sort": 29.31,
              "ignore_index": 25.15}
     return {"torch": torch, "device": torch.device("cuda" if on_gpu else "cpu"),
-            "queues": on_gpu, "losses": dict.fromkeys(costs), "final": "ignore_index",
+            "device_name": "cuda" if on_gpu else "CPU", "queues": on_gpu,
+            "losses": dict.fromkeys(costs), "final": "ignore_index",
             "costs": costs, "profiled": profiled, "model": model,
             "timings": {k: Timing((v / 1e3, v / 1e3 * 1.01)) for k, v in steps.items()},
             "fix_speedup": 29.65 / 25.15, "t_host": Timing((0.00645,)),
@@ -610,14 +627,21 @@ def test_the_sync_pages_gpu_figures_and_sentences_hold_on_either_device(on_gpu, 
         assert "between 3.38 and 5.72 ms" in said["columns_note"]
         assert "in this run's traces" in said["fix3_split"]
         assert "3.40 ms less work" in said["fix3_split"] and "1.55 ms" in said["fix3_split"]
+        # 40 more launches than the final loss at its 2.05 µs of idle time each: 0.08 ms
+        assert "about 0.08 ms are the gaps around the 40 kernels" in said["fix3_split"]
+        assert "cost about 1.47 ms" in said["fix3_split"], said["fix3_split"]
         assert "0.41 ms per profiled step" in said["miss_note"], said["miss_note"]
         assert "about 2.0 µs" in said["miss_note"] or "about 2.1 µs" in said["miss_note"]
+        assert "by 0.38 to 0.44 ms more" in said["miss_note"], said["miss_note"]
+        assert "two synchronisations, not one" in names["fix1_note"].en
         assert "this run (GPU)" in printed and "device idle ms" in printed
     else:
         assert "makes no CUDA or HIP calls" in said["count_check"]
         assert "in the book's GPU run" in said["fix3_split"] and "1.18" in said["fix3_split"]
         assert "3.40 ms less work" in said["fix3_split"]
+        assert "at most those 1.55 ms" in said["fix3_split"], said["fix3_split"]
         assert "idle 0.41 ms" in said["miss_note"] and "2% short" in said["miss_note"]
+        assert "This run's device, CPU, queues nothing" in said["columns_note"]
         assert "this run (CPU)" in printed
     row = next(x for x in printed.splitlines() if x.startswith("syncs per step"))
     assert row.split()[-2:] == (["6/4/3/0", "6/4/3/0"] if on_gpu else ["–", "6/4/3/0"])
@@ -626,6 +650,60 @@ def test_the_sync_pages_gpu_figures_and_sentences_hold_on_either_device(on_gpu, 
         exec(_sync_page_code("torch", start), names)
     assert "keeps no count" in names["kept_note"].en
     assert ("in this run's traces" if on_gpu else "keeps no GPU run") in names["fix3_split"].en
+
+
+def test_the_sync_pages_counts_hold_on_another_accelerator(monkeypatch):
+    """On MPS or XPU the index assignment makes its number on the device (no copy, no wait):
+    sync_points counts 5/4/3/0, and the page says fix 1 removes one synchronisation there,
+    with no CUDA calls to check the counts against."""
+    monkeypatch.delenv("D2L_CAPTURE", raising=False)
+    names = _sync_page_gpu_state(False)
+    names["costs"]["original"]["syncs"] = 5
+    names.update(device=names["torch"].device("mps"), device_name="mps")
+    exec(_sync_page_code("torch", "FIGURES = {", "\no = costs["), names)
+    assert "fix 1 removes 1 synchronisation here" in names["fix1_note"].en
+    assert "修正 1 在这里去掉的是 1 次同步" in names["fix1_note"].zh
+    assert "this run's device, mps, makes no CUDA or HIP calls" in names["count_check"].en
+
+
+@pytest.mark.parametrize("first_profile", [1.37, 1.05])
+def test_the_sync_pages_profiler_overhead_flags_a_version_that_stands_apart(first_profile,
+                                                                            capsys):
+    """The model cell reads each version's two profiles against its unprofiled median: a
+    version whose every profile lies outside the range of the others' profiles is named (as
+    the original, profiled first, was in an earlier run); one profile within that range is
+    enough not to be."""
+    import statistics
+    from types import SimpleNamespace
+
+    from d2l_ext import i18n
+    from d2l_ext.utils import Timing, text_table
+
+    def c(profiled, host):
+        return {"host": [host], "host_B": [0.0], "device": [0.0, 0.0], "device_B": [0.0],
+                "B": [0.0], "profiled": profiled}
+
+    measured = {"original": 4.29, "where": 4.19, "sort": 4.32, "ignore_index": 4.11}
+    costs = {"original": c([4.29 * first_profile, 4.29 * 1.36], 5.8),
+             "where": c([4.19 * 1.13, 4.19 * 1.06], 4.7),
+             "sort": c([4.32 * 1.05, 4.32 * 1.04], 4.5),
+             "ignore_index": c([4.11 * 1.04, 4.11 * 1.03], 4.2)}
+    timings = {k: Timing((v / 1e3, v / 1e3 * 1.02)) for k, v in measured.items()}
+    names = {"costs": costs, "timings": timings, "t_host": Timing((0.004, 0.0041)),
+             "queues": False, "fixed": ["where", "sort", "ignore_index"],
+             "first": timings["original"], "final": "ignore_index", "mean": statistics.fmean,
+             "median": statistics.median, "text_table": text_table,
+             "ms": lambda timing: timing.text("ms"), "signed": lambda r: f"{r:+.0%}",
+             "LOSS": i18n.message(en="loss", zh="损失函数"),
+             "d2l": SimpleNamespace(message=i18n.message)}
+    exec(_sync_page_code(None, "def predicted_ms"), names)
+    note = names["overhead_note"]
+    if first_profile > 1.36:
+        assert names["apart"] == ["original"] and "stood apart for original (more)" in note.en
+        assert "它给 original（偏多）带来的开销与众不同" in note.zh
+    else:
+        assert names["apart"] == [] and "no version stood apart" in note.en
+    assert "t_host: a median of 4.05 ms over 2 timings" in capsys.readouterr().out
 
 
 def test_the_sync_pages_mxnet_waits_are_the_calls_that_ran_a_blocking_operator(tmp_path):

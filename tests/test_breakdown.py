@@ -1,6 +1,7 @@
 """d2l_ext.breakdown: operator names sorted into kinds, and the three readers."""
 
 import os
+import time
 
 import pytest
 import torch
@@ -93,6 +94,23 @@ def test_torch_step_without_an_optimizer_has_no_optimizer_time():
     a = torch.rand(256, 256)
     result = breakdown.torch_step(lambda: a @ a, "cpu", steps=3, warmup=0)
     assert result.seconds["optimizer"] == 0 and result.share("matmul") > 0.9
+
+
+def test_torch_step_stops_the_clock_before_the_profiler_stops(monkeypatch):
+    """The last prof.step() ends the recording (stop_trace: the profiler's shutdown, on a GPU
+    the flush of its buffers): a one-off cost that the wall time per step must not hold."""
+    original = torch.profiler.profile.step
+    ends = []
+
+    def slow_step(self):
+        original(self)
+        ends.append(time.perf_counter())
+        time.sleep(0.2)  # a profiler that takes long to stop or to start a step
+
+    monkeypatch.setattr(torch.profiler.profile, "step", slow_step)
+    result = breakdown.torch_step(lambda: None, "cpu", steps=1, warmup=0)
+    assert len(ends) == 2  # the profiler's warm-up step, then the recorded one
+    assert result.wall < 0.1  # neither prof.step() inside the timed window
 
 
 def test_torch_step_refuses_a_negative_warmup_and_no_steps():
