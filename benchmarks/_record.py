@@ -44,10 +44,13 @@ def table(columns: list[str], rows: list[list], formats: list[str]) -> str:
 
 
 def save(path: str | os.PathLike, benchmark: str, framework: str, args: dict,
-         columns: list[str], rows: list[list], formats: list[str]) -> dict:
-    """Write the result to ``path`` (atomically) and return it."""
+         columns: list[str], rows: list[list], formats: list[str],
+         extra: dict | None = None) -> dict:
+    """Write the result to ``path`` (atomically) and return it; ``extra``: more keys (the
+    measurements behind the table)."""
     result = {"benchmark": benchmark, "machine": describe(framework), "commit": commit(),
-              "args": args, "columns": columns, "formats": formats, "rows": rows}
+              "args": args, "columns": columns, "formats": formats, "rows": rows,
+              **(extra or {})}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(path.name + ".part")

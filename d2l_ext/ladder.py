@@ -1,28 +1,46 @@
-"""The speed ladder of chapter 3: one training run made faster one switch at a time.
+"""The speed ladder of chapter 3: one training run made faster one switch at a time, and
+measured so that each verdict means something.
 
-Chapter 2's ResNet-18 on Fashion-MNIST, first with d2l's own loop, then with
-``d2l.train`` and its fast-path switches turned on one rung at a time (each rung
-keeps the switches of the rungs before it). The *systems* rungs keep the work fixed
-(epochs, images, batch, learning rate, schedule) and change only how it is done; the
-*algorithmic* rung after them changes the work itself and is judged by the time it
-takes to reach an accuracy, not by seconds per epoch.
+Chapter 2's ResNet-18 on Fashion-MNIST, first with d2l's own loop, then with ``d2l.train``'s
+step (:class:`d2l_ext.torch.Training`) and its switches turned on one rung at a time (each
+rung keeps the switches of the rungs before it). The *systems* rungs keep the work fixed
+(images, batch, learning rate, schedule) and change only how it is done; the *algorithmic*
+rungs change the work itself and are judged by the time they take to reach an accuracy.
 
-Used by the chapter and by ``benchmarks/speed_ladder.py`` (PyTorch only)::
+How each rung is measured (:func:`run`):
 
-    from d2l_ext import ladder
-    device = d2l.try_gpu()
-    amp = ladder.choose_amp(ladder.amp_step_timings(device, 256))  # bf16 may be slow on a CPU
-    results = ladder.run(ladder.make_ladder(amp=amp), device, num_epochs=10)
-    print(ladder.table(results))
+* **One-off costs apart.** Every rung is built and warmed up first: its loader started, its
+  network compiled, autotuned, recorded as a CUDA graph. The warm-up is timed and reported as
+  the rung's one-off cost, never inside a timed window. Compiled rungs compile with static
+  shapes, and the compiler's own counters (graphs compiled, CUDA graphs skipped) are read
+  around every timed window: a window in which they moved is reported, not silently timed.
+* **Rounds.** Every round runs a unit of every rung in turn (a whole epoch for the rungs
+  whose loader works in epochs, ``steps`` steps for the others), the order reversed every
+  other round, so that a drift of the machine falls on all rungs alike. A rung's verdict is
+  the paired per-round ratio of its time per step to the rung before it: "faster" only if it
+  was faster in every round, "slower" only if slower in every round, else "no clear gain".
+* **Where the time goes.** Each rung's step is also split (:func:`d2l_ext.timing.split_time`)
+  into the device's time (CUDA events, the step queued behind a blocker), the host's time to
+  issue it, and the wall time: a rung whose host takes longer than its device is
+  *host-bound*, and a switch that shortens the device's work cannot show in its wall time.
+  On a CPU the host does the work: the three are one.
+* **Achieved FLOP/s against one figure.** MFU divides every rung's counted FLOP/s by one fixed
+  peak: the GPU's dense bf16 datasheet peak (:mod:`d2l_ext.datasheets`), or on a device
+  without one, the fastest matrix product measured on it.
+* **Time to an accuracy** (:func:`time_to_target`): fresh runs from several seeds, the test
+  accuracy read every quarter epoch, steady training time and one-off time reported apart.
 
-Everything it prints or draws for the reader is in the reader's language
-(:func:`d2l_ext.i18n.message`, :func:`d2l_ext.i18n.label`).
+Used by the chapter and by ``benchmarks/speed_ladder.py`` (PyTorch only).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import math
+import re
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -32,14 +50,14 @@ from torch import nn
 from torch.utils import data
 from torch.utils.flop_counter import FlopCounterMode
 
-from d2l_ext import fashion_mnist, timing, tuning
+from d2l_ext import datasheets, fashion_mnist, timing, tuning, utils
 from d2l_ext import torch as d2l
 from d2l_ext.i18n import Text, label, message
-from d2l_ext.utils import Timer, Timing, TrainResult, text_table
+from d2l_ext.utils import Timing, text_table
 
 #: The kinds of rung, in English and Chinese.
 KINDS = {"reference": ("reference", "参照"), "systems": ("systems", "系统类"),
-         "algorithmic": ("algorithmic", "算法类"), "check": ("drift check", "漂移检查")}
+         "algorithmic": ("algorithmic", "算法类")}
 
 
 @dataclass(frozen=True)
@@ -47,15 +65,16 @@ class Rung:
     """One step of the ladder: the switches it adds to the rungs before it.
 
     ``change`` holds ``d2l.train``'s keyword arguments, and ``bias=False`` for a network
-    without the biases that BatchNorm cancels. ``name`` is English (and names the rung in
-    ``options``' ``dropped``); ``zh`` is its Chinese name.
+    without the biases that BatchNorm cancels. ``what`` says, in English and Chinese, what
+    the switch changes in the step.
     """
 
     name: str
-    kind: str  # "reference", "systems", "algorithmic" or "check"
+    kind: str  # "reference", "systems" or "algorithmic"
     change: dict = field(default_factory=dict)
     needs_cuda: bool = False
     zh: str = ""
+    what: tuple[str, str] = ("", "")
 
     @property
     def title(self) -> Text:
@@ -69,55 +88,109 @@ BASE = dict(batch_size=256, lr=0.1, warmup_epochs=0.0, num_workers=4, pin_memory
             persistent_workers=False)
 
 #: The autocast rung for each 16-bit format (:func:`make_ladder`'s ``amp``).
-AMP_RUNGS = {"bf16": ("+ bf16 autocast", "+ bf16 autocast"),
-             "fp16": ("+ fp16 autocast, gradient scaler", "+ fp16 autocast 与梯度缩放器")}
+AMP_RUNGS = {"bf16": ("+ bf16 autocast", "+ bf16 autocast",
+                      ("matrix products and convolutions in bfloat16: twice TF32's tensor-core "
+                       "rate, half the bytes; no gradient scaler",
+                       "矩阵乘法和卷积改用 bfloat16：张量核心的速率是 TF32 的两倍，字节数减半；"
+                       "不需要梯度缩放器")),
+             "fp16": ("+ fp16 autocast, gradient scaler", "+ fp16 autocast 与梯度缩放器",
+                      ("matrix products and convolutions in float16, with a gradient scaler "
+                       "whose step reads a value on the host (a synchronisation) every step",
+                       "矩阵乘法和卷积改用 float16，并配上梯度缩放器；"
+                       "缩放器每一步都要在主机上读一个值（一次同步）"))}
 
 
-def make_ladder(batch_size: int = 256, lr: float = 0.1, scale: int = 4,
-                amp: str | None = "bf16") -> list[Rung]:
+def make_ladder(batch_size: int = 256, lr: float = 0.1, amp: str | None = "bf16",
+                scales: Sequence[int] = (4, 8)) -> list[Rung]:
     """The rungs, for a base batch and rate: d2l's 256 and 0.1, or on a CPU a smaller batch
-    with the rate scaled by the same factor. The algorithmic rung trains with ``scale``
-    times the batch and the rate, warmed up over its first epoch, then decayed (cosine).
+    with the rate scaled by the same factor. An algorithmic rung for each of ``scales``
+    trains with that many times the batch and the rate, warmed up (one epoch for every
+    factor of 4), then decayed (cosine).
 
     ``amp`` is the autocast rung's 16-bit format, ``"bf16"`` or ``"fp16"`` (with a gradient
     scaler; the fused SGD rung above it then spares the scaler's synchronisation), or
     ``None`` to leave the rung out: choose it by measurement (:func:`choose_amp`).
     """
     tuning.check_options(amp, None, "constant")
-    big = batch_size * scale
     workers = BASE["num_workers"]
     rungs = [
         Rung("d2l's loop", "reference", dict(batch_size=batch_size, lr=lr),
-             zh="d2l 的训练循环"),
+             zh="d2l 的训练循环",
+             what=("d2l's own loop and loader: each image made a PIL image, then a tensor, in "
+                   "4 worker processes started every epoch; blocking copies to the device",
+                   "d2l 自己的循环和加载器：每张图像先变成 PIL 图像再变成张量，"
+                   "由每轮重新启动的 4 个工作进程完成；复制到设备时阻塞")),
         Rung(f"d2l.train, {workers} loader workers restarted each epoch", "systems",
-             zh=f"d2l.train，{workers} 个加载器工作进程（每轮重启）"),
+             zh=f"d2l.train，{workers} 个加载器工作进程（每轮重启）",
+             what=("the book's step: images kept as tensors, metrics summed on the device, "
+                   "copies with non_blocking=True (from pageable memory such a copy still "
+                   "waits until the device has run everything queued before it)",
+                   "本书的训练步：图像保存为张量，指标在设备上累加，复制时设 non_blocking=True"
+                   "（从可分页内存出发，这样的复制仍要等设备做完排在它前面的全部工作）")),
         Rung("+ persistent workers", "systems", dict(persistent_workers=True),
-             zh="+ 常驻工作进程"),
+             zh="+ 常驻工作进程",
+             what=("the 4 worker processes are started once, not every epoch",
+                   "4 个工作进程只启动一次，而不是每轮一次")),
         Rung("+ pinned memory", "systems", dict(pin_memory=True), needs_cuda=True,
-             zh="+ 锁页内存"),
+             zh="+ 锁页内存",
+             what=("batches arrive in page-locked memory: the copy to the GPU is a real "
+                   "asynchronous DMA, and the host no longer waits for the queue",
+                   "批量放在锁页内存里：复制到 GPU 是真正异步的 DMA，主机不再等队列")),
         Rung("+ data on the device", "systems", dict(data_on_device=True),
-             zh="+ 数据放在设备上"),
+             zh="+ 数据放在设备上",
+             what=("the whole uint8 dataset on the device, each batch sliced there: no workers, "
+                   "no copies per step",
+                   "整个 uint8 数据集放在设备上，每个批量就地切出：没有工作进程，每步也没有复制")),
         Rung("+ cudnn.benchmark, TF32", "systems", dict(cudnn_benchmark=True, tf32=True),
-             needs_cuda=True, zh="+ cudnn.benchmark 与 TF32"),
-        Rung("+ channels_last", "systems", dict(channels_last=True), zh="+ channels_last"),
+             needs_cuda=True, zh="+ cudnn.benchmark 与 TF32",
+             what=("cuDNN times its convolution algorithms once per shape and keeps the "
+                   "fastest; matrix products may use TF32",
+                   "cuDNN 对每种形状把各种卷积算法计时一次，留下最快的；矩阵乘法可以用 TF32")),
+        Rung("+ channels_last", "systems", dict(channels_last=True), zh="+ channels_last",
+             what=("NHWC memory format, which tensor-core convolutions read without transposes",
+                   "NHWC 内存格式，张量核心上的卷积读它时不必转置")),
         Rung("+ no bias before BatchNorm", "systems", dict(bias=False),
-             zh="+ 批量规范化之前不加偏置"),
+             zh="+ 批量规范化之前不加偏置",
+             what=("the convolutions before BatchNorm lose the biases it cancels: less work, "
+                   "the same function",
+                   "批量规范化之前的卷积去掉了会被它抵消的偏置：工作更少，函数不变")),
     ]
     if amp is not None:
-        rungs.append(Rung(AMP_RUNGS[amp][0], "systems", dict(amp=amp), zh=AMP_RUNGS[amp][1]))
+        name, zh, what = AMP_RUNGS[amp]
+        rungs.append(Rung(name, "systems", dict(amp=amp), zh=zh, what=what))
     rungs += [
-        Rung("+ fused SGD", "systems", dict(fused=True), zh="+ 融合 SGD"),
-        Rung("+ torch.compile", "systems", dict(compile="default"), zh="+ torch.compile"),
+        Rung("+ fused SGD", "systems", dict(fused=True), zh="+ 融合 SGD",
+             what=("one kernel updates every parameter (with fp16 it also checks the gradients "
+                   "for infinities on the device, sparing the scaler's synchronisation)",
+                   "一个核函数更新全部参数（用 fp16 时它还在设备上检查梯度里的无穷大，"
+                   "省掉缩放器的那次同步）")),
+        Rung("+ torch.compile", "systems", dict(compile="default"), zh="+ torch.compile",
+             what=("Inductor fuses the element-wise work into fewer kernels (static shapes)",
+                   "Inductor 把逐元素的工作融合成更少的核函数（静态形状）")),
         Rung("+ CUDA graphs", "systems", dict(compile="reduce-overhead"), needs_cuda=True,
-             zh="+ CUDA 图"),
-        Rung(f"batch {big}, lr {lr * scale:g}, 1-epoch warm-up, cosine", "algorithmic",
-             dict(batch_size=big, lr=lr * scale, warmup_epochs=1.0, schedule="cosine"),
-             zh=f"批量 {big}、学习率 {lr * scale:g}、预热 1 轮、余弦衰减"),
+             zh="+ CUDA 图",
+             what=("the compiled forward and backward are replayed as CUDA graphs: one launch "
+                   "each instead of hundreds",
+                   "编译后的前向和反向作为 CUDA 图回放：各一次发射，而不是几百次")),
     ]
+    if amp != "fp16":  # fp16's scaler reads a value on the host every step: no capture
+        rungs.append(Rung(
+            "+ the whole step in one CUDA graph", "systems",
+            dict(compile="default", capture_step=True), needs_cuda=True,
+            zh="+ 整个训练步录成一个 CUDA 图",
+            what=("forward, backward, the update and the metric recorded once and replayed "
+                  "as one graph: one launch per step",
+                  "前向、反向、参数更新和指标只录制一次，作为一个图回放：每步一次发射")))
+    for scale in scales:
+        big, warm = batch_size * scale, max(1, round(math.log(scale, 4)))
+        rungs.append(Rung(
+            f"batch {big}, lr {lr * scale:g}, {warm}-epoch warm-up, cosine", "algorithmic",
+            dict(batch_size=big, lr=lr * scale, warmup_epochs=float(warm), schedule="cosine"),
+            zh=f"批量 {big}、学习率 {lr * scale:g}、预热 {warm} 轮、余弦衰减",
+            what=(f"{scale} times the batch and the rate: fewer, larger steps; the rate warmed "
+                  "up, then decayed", f"批量和学习率都乘以 {scale}：步数更少、每步更大；"
+                  "学习率先预热再衰减")))
     return rungs
-
-
-LADDER = make_ladder()
 
 
 def applicable(rungs: Sequence[Rung], device: torch.device) -> list[Rung]:
@@ -125,13 +198,22 @@ def applicable(rungs: Sequence[Rung], device: torch.device) -> list[Rung]:
     return [r for r in rungs if torch.device(device).type == "cuda" or not r.needs_cuda]
 
 
-def options(rungs: Sequence[Rung], index: int, dropped: Sequence[str] = ()) -> dict:
+def options(rungs: Sequence[Rung], index: int) -> dict:
     """The switches at ``rungs[index]``: :data:`BASE` plus the change of that rung and of
-    every rung before it, except the rungs named in ``dropped``."""
+    every rung before it but the algorithmic ones (an algorithmic rung builds on all the
+    systems rungs, not on another algorithmic rung)."""
     opts = dict(BASE)
-    for i, rung in enumerate(rungs[:index + 1]):
-        if i == index or rung.name not in dropped:
+    for rung in rungs[:index]:
+        if rung.kind != "algorithmic":
             opts.update(rung.change)
+    opts.update(rungs[index].change)
+    if opts.get("capture_step") and (
+            opts.get("amp") == "fp16"  # the scaler reads a value on the host every step
+            or opts.get("schedule", "constant") != "constant"  # a recorded step keeps the
+            or opts.get("warmup_epochs")):  # rate it was recorded with
+        opts["capture_step"] = False
+        if any(r.change.get("compile") == "reduce-overhead" for r in rungs[:index]):
+            opts["compile"] = "reduce-overhead"  # CUDA graphs of the compiled model instead
     return opts
 
 
@@ -143,6 +225,12 @@ def switches(rungs: Sequence[Rung], index: int) -> str:
     if not change and rung.kind == "systems":
         change = {k: v for k, v in BASE.items() if k not in ("batch_size", "lr")}
     return ", ".join(f"{k}={v!r}" for k, v in change.items())
+
+
+def loads_in_epochs(opts: dict) -> bool:
+    """Whether a rung's loader works in epochs (worker processes, d2l's loader): its timed
+    unit is then a whole epoch, so that what an epoch's start costs is in it."""
+    return not opts.get("data_on_device")
 
 
 # ---------------------------------------------------------------- mixed precision
@@ -160,8 +248,7 @@ def amp_formats(device_type: str, capability: tuple[int, int] | None = None,
 
 
 def amp_candidates(device: torch.device | str) -> list[str]:
-    """:func:`amp_formats` for ``device``: for a GPU, its own capability (not the current
-    GPU's, which ``torch.cuda.is_bf16_supported`` would ask about)."""
+    """:func:`amp_formats` for ``device``: for a GPU, its own capability."""
     device = d2l.as_device(device)
     if device.type != "cuda":
         return amp_formats(device.type)
@@ -169,11 +256,16 @@ def amp_candidates(device: torch.device | str) -> list[str]:
                        hip=bool(torch.version.hip))
 
 
+#: fp16 must beat bf16 by more than this to be chosen: bf16 needs no scaler and no sync.
+FP16_MARGIN = 0.05
+
+
 def choose_amp(timings: dict[str, Timing]) -> str | None:
     """The autocast format for the ladder from measured steps (``timings["fp32"]`` and one
     per candidate, in order of preference): the first candidate that float32 is not clearly
-    faster than, unless a later one is clearly faster than it; ``None`` if float32 was
-    clearly faster than every candidate (the rung is then left out)."""
+    faster than, unless a later one is clearly faster than it *and* by more than
+    :data:`FP16_MARGIN` (bf16 is preferred where it is about as fast: no gradient scaler, no
+    synchronisation); ``None`` if float32 was clearly faster than every candidate."""
     fp32 = timings["fp32"]
     usable = [name for name in timings if name != "fp32"
               and not fp32.clearly_faster(timings[name])]
@@ -181,43 +273,74 @@ def choose_amp(timings: dict[str, Timing]) -> str | None:
         return None
     choice = usable[0]
     for name in usable[1:]:
-        if timings[name].clearly_faster(timings[choice]):
+        if (timings[name].clearly_faster(timings[choice])
+                and timings[name].median < timings[choice].median * (1 - FP16_MARGIN)):
             choice = name
     return choice
 
 
-def amp_step_timings(device: torch.device, batch_size: int, repeats: int = 3,
-                     seed: int = 0) -> dict[str, Timing]:
+def batchnorm_backend(device: torch.device, amp: str | None, channels_last: bool = False,
+                      batch_size: int = 8) -> str:
+    """Which kernel library eager BatchNorm takes on ``device`` for the inputs autocast gives
+    it (``"cudnn"``, ``"miopen"``, ``"native"``; ``"native"`` on a CPU)."""
+    dtype = tuning.AMP_DTYPES[amp] if amp else torch.float32
+    x = torch.zeros(batch_size, 64, 14, 14, device=device, dtype=dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w, b = torch.ones(64, device=device), torch.zeros(64, device=device)
+    mean, var = torch.zeros(64, device=device), torch.ones(64, device=device)
+    select = getattr(torch._C, "_select_batch_norm_backend", None)
+    if select is None:
+        return "unknown (this PyTorch does not say)"
+    backend = select(x, w, b, mean, var, True, 1e-5)
+    return str(backend).rsplit(".", 1)[-1].lower()
+
+
+def amp_step_timings(device: torch.device, batch_size: int, config: dict | None = None,
+                     repeats: int = 5, seed: int = 0) -> dict[str, Timing]:
     """Time a training step of :func:`make_net` in float32 and in each of
-    :func:`amp_candidates` (autocast; fp16 with a gradient scaler), ``repeats`` times each,
-    the precisions in turns, on random images (what :func:`choose_amp` decides from)."""
+    :func:`amp_candidates`, in the configuration of the rung that adds autocast
+    (``config``: ``channels_last``, ``bias``, ``cudnn_benchmark``, ``tf32``), ``repeats``
+    times each, the precisions in turns, each a block of steps lasting at least 50 ms
+    between barriers (what :func:`choose_amp` decides from)."""
     device = d2l.as_device(device)
-    net = make_net(seed).to(device)
+    config = dict(config or {})
+    memory_format = torch.channels_last if config.get("channels_last") else torch.contiguous_format
+    net = make_net(seed, bias=config.get("bias", True)).to(device, memory_format=memory_format)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
-    X = torch.rand(batch_size, 1, 28, 28, device=device)
+    X = torch.rand(batch_size, 1, 28, 28, device=device).contiguous(memory_format=memory_format)
     y = torch.randint(0, 10, (batch_size,), device=device)
 
     def step(amp: str | None, scaler: torch.amp.GradScaler) -> None:
         with tuning.autocast(device, amp):
             loss = loss_fn(net(X), y)
-        optimizer.zero_grad()
+        optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
 
     names = ["fp32", *amp_candidates(device)]
-    steps = {}
-    for name in names:
-        amp = None if name == "fp32" else name
-        scaler = tuning.grad_scaler(device, amp)
-        steps[name] = (lambda amp=amp, scaler=scaler: step(amp, scaler))
-        steps[name]()  # warm-up
     times: dict[str, list[float]] = {name: [] for name in names}
-    for _ in range(repeats):
+    with tuning.backend_flags(device, config.get("cudnn_benchmark", False),
+                              config.get("tf32", False)):
+        steps, calls = {}, {}
         for name in names:
-            times[name] += d2l.measure(steps[name], device, repeats=1, warmup=0).times
-    return {name: Timing(tuple(t)) for name, t in times.items()}
+            amp = None if name == "fp32" else name
+            scaler = tuning.grad_scaler(device, amp)
+            steps[name] = (lambda amp=amp, scaler=scaler: step(amp, scaler))
+            for _ in range(3):
+                steps[name]()  # warm-up of the exact step (autotuning included)
+            calls[name] = timing.calls_per_block(steps[name], device)
+        for _ in range(repeats):
+            for name in names:
+                d2l.synchronize(device)
+                start = time.perf_counter()
+                for _ in range(calls[name]):
+                    steps[name]()
+                d2l.synchronize(device)
+                times[name].append((time.perf_counter() - start) / calls[name])
+    return {name: Timing(tuple(t), repetitions=calls[name]) for name, t in times.items()}
 
 
 # ---------------------------------------------------------------- the first rung
@@ -265,45 +388,75 @@ def load_data_d2l(batch_size: int, num_train: int | None = None,
                             num_workers=workers))
 
 
-def d2l_loop(net: nn.Module, device: torch.device, batch_size: int, lr: float,
-             num_epochs: int, num_train: int | None = None,
-             num_test: int | None = None, seed: int = 0) -> TrainResult:
+class D2LLoop:
     """The training loop of d2l-en's "Concise Implementation for Multiple GPUs" (d2l 1.0.3),
-    transcribed for one device, with d2l's data loader (:func:`load_data_d2l`).
+    transcribed for one device, with d2l's data loader (:func:`load_data_d2l`), driven a step
+    at a time as :class:`d2l_ext.torch.Training` is: ``batches()``, ``step(X, y)``,
+    ``test_counts()``.
 
     Our changes: the data may be cut to ``num_train``/``num_test`` examples; the random
     generator is seeded with ``seed`` just before d2l's ``net.apply(init_weights)``, so that
-    the weights it draws are those of :func:`make_net`; the timer starts and stops after a
-    barrier (so that it measures the work, not the queueing); the measures are returned
-    instead of plotted. d2l's ``train`` itself lives in the chapter, not in the d2l package,
-    and d2l.torch needs torchvision, so it is not imported.
+    the weights it draws are those of :func:`make_net`. Its step is d2l's: a blocking copy of
+    each batch, ``zero_grad``, forward, backward, ``step`` (on CUDA through d2l's
+    ``nn.DataParallel`` wrapper).
     """
-    train_iter, test_iter = load_data_d2l(batch_size, num_train, num_test)
-    torch.manual_seed(seed)
-    net.apply(init_weights)
-    net = nn.DataParallel(net, device_ids=[device]) if device.type == "cuda" else net
-    net = net.to(device)
-    trainer = torch.optim.SGD(net.parameters(), lr)
-    loss = nn.CrossEntropyLoss()
-    result = TrainResult([str(device)], batch_size, lr)
-    n = len(train_iter.dataset)
-    for _ in range(num_epochs):
-        net.train()
+
+    def __init__(self, net: nn.Module, device: torch.device, batch_size: int, lr: float,
+                 num_train: int | None = None, num_test: int | None = None,
+                 seed: int = 0) -> None:
+        self.device = device
+        self.train_iter, self.test_iter = load_data_d2l(batch_size, num_train, num_test)
+        torch.manual_seed(seed)
+        net.apply(init_weights)
+        self.net = net.to(device)
+        self.model = (nn.DataParallel(self.net, device_ids=[device]) if device.type == "cuda"
+                      else self.net)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr)
+        self.loss = nn.CrossEntropyLoss()
+        self.num_batches = len(self.train_iter)
+
+    def flags(self):
+        return contextlib.nullcontext()
+
+    def start_epoch(self, epoch: int) -> None:
+        self.model.train()
+
+    def batches(self):
+        for X, y in self.train_iter:
+            yield X.to(self.device), y.to(self.device)
+
+    def step(self, X: torch.Tensor, y: torch.Tensor) -> None:
+        self.optimizer.zero_grad()
+        self.loss(self.model(X), y).backward()
+        self.optimizer.step()
+
+    def test_counts(self) -> list[float]:
+        return [d2l.evaluate_accuracy_gpu(self.net, self.test_iter, self.device)
+                * len(self.test_iter.dataset), len(self.test_iter.dataset)]
+
+
+def d2l_loop(net: nn.Module, device: torch.device, batch_size: int, lr: float,
+             num_epochs: int, num_train: int | None = None,
+             num_test: int | None = None, seed: int = 0) -> d2l.TrainResult:
+    """d2l's loop (:class:`D2LLoop`) for ``num_epochs``, each epoch timed between barriers;
+    the test accuracy after each (d2l's loop does not measure the training accuracy)."""
+    loop = D2LLoop(net, device, batch_size, lr, num_train, num_test, seed)
+    result = d2l.TrainResult([str(device)], batch_size, lr)
+    n = len(loop.train_iter.dataset)
+    for epoch in range(num_epochs):
+        loop.start_epoch(epoch)
         d2l.synchronize(device)
-        timer = Timer()
-        for X, y in train_iter:
-            trainer.zero_grad()
-            X, y = X.to(device), y.to(device)
-            l = loss(net(X), y)
-            l.backward()
-            trainer.step()
+        start = time.perf_counter()
+        for X, y in loop.batches():
+            loop.step(X, y)
         d2l.synchronize(device)
-        seconds = timer.stop()
+        seconds = time.perf_counter() - start
         result.epoch_seconds.append(seconds)
         result.images_per_second.append(n / seconds)
-        result.train_loss.append(float(l.detach()))
-        result.train_acc.append(float("nan"))  # d2l's loop does not measure it
-        result.test_acc.append(d2l.evaluate_accuracy_gpu(net, test_iter))
+        result.train_loss.append(float("nan"))
+        result.train_acc.append(float("nan"))
+        correct, total = loop.test_counts()
+        result.test_acc.append(correct / total)
     return result
 
 
@@ -320,20 +473,13 @@ def train_flops_per_image(net: nn.Module, image_shape: tuple[int, ...] = (1, 28,
     return counter.get_total_flops() / batch_size
 
 
-def _matmul_rate(n: int, device: torch.device, dtype: torch.dtype,
-                 seconds: float) -> tuple[float, float]:
-    """FLOP/s of ``n`` x ``n`` products (the best of three timings) and the time of one."""
+def _matmul_rate(n: int, device: torch.device, dtype: torch.dtype) -> tuple[float, float]:
+    """FLOP/s of ``n`` x ``n`` products (the fastest of five blocks of at least 50 ms) and
+    the time of one."""
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
-    one = d2l.measure(lambda: a @ b, device, repeats=1, warmup=1).min
-    repeats = max(1, round(seconds / 3 / one))
-
-    def products() -> None:
-        for _ in range(repeats):
-            a @ b
-
-    timing = d2l.measure(products, device, repeats=3, warmup=0)
-    return 2 * n ** 3 * repeats / timing.min, one
+    measured = timing.time_per_call(lambda: a @ b, device, repeats=5, warmup=2)
+    return 2 * n ** 3 / measured.min, measured.min
 
 
 def matmul_flops_per_second(device: torch.device, dtype: torch.dtype = torch.float32,
@@ -342,13 +488,11 @@ def matmul_flops_per_second(device: torch.device, dtype: torch.dtype = torch.flo
     """The best rate of square matrix products on ``device`` this run measured (FLOP/s).
 
     Each size ``n`` (default: 512 to 4096 on a CPU, 2048 to 8192 on an accelerator) is
-    timed between barriers: three runs of enough products to last about ``seconds / 3``.
-    Small products do not reach a device's plateau, so the largest rate over the sizes is
-    returned. A larger size is tried only while one product of the last size, times 8 (the
-    cube), stays under ``seconds``: a CPU that emulates bf16 stops early. With ``tf32``
-    float32 products may use TensorFloat-32 (as cuDNN's convolutions do by default).
-
-    This is a measured stand-in for the device's peak; a datasheet's peak is higher.
+    timed in blocks of back-to-back products lasting at least 50 ms; the fastest block
+    counts. Small products do not reach a device's plateau, so the largest rate over the
+    sizes is returned. A larger size is tried only while one product of the last size,
+    times 8 (the cube), stays under ``seconds``: a CPU that emulates bf16 stops early.
+    With ``tf32`` float32 products may use TensorFloat-32.
     """
     device = d2l.as_device(device)
     if sizes is None:
@@ -356,7 +500,7 @@ def matmul_flops_per_second(device: torch.device, dtype: torch.dtype = torch.flo
     best = 0.0
     with tuning.backend_flags(device, cudnn_benchmark=False, tf32=tf32):
         for n in sizes:
-            rate, one = _matmul_rate(n, device, dtype, seconds)
+            rate, one = _matmul_rate(n, device, dtype)
             best = max(best, rate)
             if one * 8 > seconds:
                 break
@@ -379,129 +523,205 @@ def conv_flops_per_second(device: torch.device | str, dtype: torch.dtype = torch
     return flops / measured.min
 
 
-def batchnorm_backend(device: torch.device, amp: str | None, channels_last: bool = False,
-                      batch_size: int = 8) -> str:
-    """Which kernel library eager BatchNorm takes on ``device`` for the inputs autocast gives
-    it (``"cudnn"``, ``"miopen"``, ``"native"``; ``"native"`` on a CPU), as PyTorch's own
-    ``torch._C._select_batch_norm_backend`` decides."""
-    dtype = tuning.AMP_DTYPES[amp] if amp else torch.float32
-    x = torch.zeros(batch_size, 64, 14, 14, device=device, dtype=dtype)
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    w, b = torch.ones(64, device=device), torch.zeros(64, device=device)
-    mean, var = torch.zeros(64, device=device), torch.ones(64, device=device)
-    select = getattr(torch._C, "_select_batch_norm_backend", None)
-    if select is None:
-        return "unknown (this PyTorch does not say)"
-    backend = select(x, w, b, mean, var, True, 1e-5)
-    return str(backend).rsplit(".", 1)[-1].lower()
+def peak_flops(device: torch.device | str, measured: dict[str, float] | None = None
+               ) -> tuple[float, Text]:
+    """The one figure every rung's MFU is taken against, and what it is: a GPU's dense bf16
+    peak from its datasheet (:mod:`d2l_ext.datasheets`); elsewhere (a CPU, a GPU not in the
+    table) the fastest matrix product measured on the device (``measured``: FLOP/s by
+    precision, e.g. from :func:`matmul_flops_per_second`; measured here if not given), and
+    on a CPU the rate of a convolution too (:func:`conv_flops_per_second`): a reference that
+    the step's own convolutions outrun would make MFU exceed 100 %."""
+    device = d2l.as_device(device)
+    if device.type == "cuda":
+        sheet = datasheets.for_gpu(torch.cuda.get_device_name(device))
+        if sheet is not None and sheet.bf16:
+            return sheet.bf16, message(
+                en=f"the {sheet.name}'s dense bf16 peak on its datasheet, "
+                   f"{sheet.bf16 / 1e12:,.0f} TFLOP/s",
+                zh=f"{sheet.name} 数据手册上的稠密 bf16 峰值，{sheet.bf16 / 1e12:,.0f} TFLOP/s")
+    measured = dict(measured or {"fp32": matmul_flops_per_second(device, torch.float32)})
+    if device.type == "cpu":  # oneDNN's convolutions can outrun MKL's matrix products
+        measured["conv"] = conv_flops_per_second(device)
+    best = max(measured, key=measured.get)
+    return measured[best], message(
+        en=f"the fastest product measured on this device ({best}), "
+           f"{measured[best] / 1e12:,.2f} TFLOP/s",
+        zh=f"这台设备上实测最快的乘积运算（{best}），{measured[best] / 1e12:,.2f} TFLOP/s")
 
 
-# ---------------------------------------------------------------- running the ladder
-#: matrix-product precisions: "tf32" is float32 with TensorFloat-32 allowed (GPUs)
-DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
-          "fp16": torch.float16}
+# ---------------------------------------------------------------- the compiler's own counters
+def compiler_events() -> dict[str, int]:
+    """What the compiler has done so far, by its own counters: graphs compiled by Dynamo,
+    CUDA graphs skipped or re-recorded by Inductor. A timed window in which these move
+    compiled, or ran without its graphs."""
+    from torch._dynamo.utils import counters
 
-FASTER, NO_GAIN, DROPPED = "faster", "no clear gain", "slower: dropped"
-BASE_SLOWER = "slower (kept: the base)"
-CHANGES_WORK, DRIFT_CHECK = "changes the work", "drift check"
+    events = {"graphs compiled": int(counters["stats"].get("unique_graphs", 0))}
+    for key, value in counters["inductor"].items():
+        if "cudagraph" in key:
+            events[key] = int(value)
+    return events
+
+
+def _moved(before: dict[str, int], after: dict[str, int]) -> list[str]:
+    return [k for k in sorted(set(before) | set(after)) if before.get(k, 0) != after.get(k, 0)]
+
+
+# ---------------------------------------------------------------- one rung, a step at a time
+class Runner:
+    """One rung's training, built once, then run a few steps or an epoch at a time.
+
+    The reference rung runs :class:`D2LLoop`; every other rung runs
+    :class:`d2l_ext.torch.Training`, the step ``d2l.train`` runs, with the rung's switches.
+    """
+
+    def __init__(self, rung: Rung, opts: dict, device: torch.device, num_train: int,
+                 num_test: int | None, seed: int, num_epochs: int = 10) -> None:
+        self.rung, self.opts, self.device = rung, dict(opts), device
+        train_opts = dict(opts)
+        net = make_net(seed, bias=train_opts.pop("bias", True))
+        if rung.kind == "reference":
+            self.run = D2LLoop(net, device, opts["batch_size"], opts["lr"], num_train,
+                               num_test, seed)
+        else:
+            train_opts = {k: v for k, v in train_opts.items() if k not in ("batch_size", "lr")}
+            cfg = d2l._config(opts["batch_size"], opts["lr"], num_epochs=num_epochs,
+                              num_train=num_train, num_test=num_test, seed=seed, **train_opts)
+            with tuning.backend_flags(device, cfg.cudnn_benchmark, cfg.tf32):
+                self.run = d2l.Training(net, device, cfg)
+        self.epoch = 0
+        self._batches = None
+
+    @property
+    def whole_epochs(self) -> bool:
+        return loads_in_epochs(self.opts)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.run.num_batches
+
+    def flags(self):
+        return self.run.flags()
+
+    def step(self) -> None:
+        """One training step on the next batch; a new epoch begins (its loader restarted,
+        where that is the rung's) when the last one is done."""
+        while True:
+            if self._batches is None:
+                self.run.start_epoch(self.epoch)
+                self._batches = self.run.batches()
+            try:
+                X, y = next(self._batches)
+                break
+            except StopIteration:
+                self._batches = None
+                self.epoch += 1
+        self.run.step(X, y)
+
+    def unit(self, steps: int) -> int:
+        """One timed unit: a whole fresh epoch for a rung whose loader works in epochs,
+        else ``steps`` steps. Returns the number of steps run."""
+        if not self.whole_epochs:
+            for _ in range(steps):
+                self.step()
+            return steps
+        self._batches = None  # an epoch begun by earlier single steps is dropped
+        self.run.start_epoch(self.epoch)
+        done = 0
+        for X, y in self.run.batches():
+            self.run.step(X, y)
+            done += 1
+        self.epoch += 1
+        return done
+
+    def accuracy(self) -> float:
+        """The test accuracy now; training goes on in training mode afterwards."""
+        correct, total = self.run.test_counts()
+        self.run.net.train()
+        return correct / total
+
+
+# ---------------------------------------------------------------- results
+FASTER, NO_GAIN, SLOWER, FAILED = utils.FASTER, utils.NO_GAIN, utils.SLOWER, "failed"
 #: Each verdict in English and Chinese.
-VERDICTS = {FASTER: "更快", NO_GAIN: "看不出收益", DROPPED: "更慢：舍弃",
-            BASE_SLOWER: "更慢（作为基础保留）", CHANGES_WORK: "改变了工作",
-            DRIFT_CHECK: "漂移检查", "": "–"}
-
-
-def verdict(this: Timing, before: Timing, droppable: bool = True) -> str:
-    """A systems rung against the rung it builds on (the last kept rung below it), by their
-    ranges (min to max): :data:`FASTER` if every epoch of it was faster than every epoch of
-    the rung below, :data:`DROPPED` if every one was slower (:data:`BASE_SLOWER` for the
-    first systems rung, which the others build on), else :data:`NO_GAIN`: the difference
-    is noise."""
-    if before.clearly_faster(this):
-        return DROPPED if droppable else BASE_SLOWER
-    return FASTER if this.clearly_faster(before) else NO_GAIN
+VERDICTS = {FASTER: "更快", NO_GAIN: "看不出收益", SLOWER: "更慢", FAILED: "失败", "": "–"}
+#: A rung against the rung before it, from per-round ratios (:func:`d2l_ext.utils.paired_verdict`).
+verdict = utils.paired_verdict
+false_alarm = utils.false_alarm
 
 
 @dataclass
 class RungResult:
-    """What one rung measured. Times are of the epochs after the first (warm-up).
+    """What one rung measured: seconds per step in each round, the split of a step, the
+    one-off cost, and the verdict against the rung before it."""
 
-    ``name`` is a :class:`d2l_ext.i18n.Text`: the reader's language, English and Chinese
-    kept (``name.en``, ``name.zh``).
-    """
-
-    name: str
+    name: Text
     kind: str
     options: dict
-    epoch_seconds: list[float]
-    test_accs: list[float]
-    num_train: int
-    flops_per_epoch: float
-    peak_flops: float
+    steps_per_epoch: int
+    flops_per_step: float
+    peak: float
+    step_seconds: list[float] = field(default_factory=list)  # one per round
+    one_off: float = 0.0  # the warm-up's seconds beyond as many steady steps
+    warmup_steps: int = 0
+    split: timing.SplitTime | None = None
+    ratios: list[float] = field(default_factory=list)  # against the rung before, per round
     verdict: str = ""
+    compiled_in_window: list[str] = field(default_factory=list)  # counters that moved
+    error: str = ""
 
     @property
-    def kept(self) -> bool:
-        """False for a systems rung that was clearly slower: the rungs above leave it out."""
-        return self.verdict != DROPPED
+    def timing(self) -> Timing:
+        """Seconds per step over the rounds (median and range)."""
+        return Timing(tuple(self.step_seconds))
 
     @property
-    def verdict_text(self) -> Text:
-        """The verdict in the reader's language."""
-        return Text(self.verdict or "–", VERDICTS.get(self.verdict, self.verdict))
+    def seconds(self) -> float:
+        """The median time of a step."""
+        return statistics.median(self.step_seconds)
 
     @property
-    def kind_text(self) -> Text:
-        """The kind of rung in the reader's language."""
-        return Text(*KINDS[self.kind])
+    def epoch_seconds(self) -> float:
+        """The median step time times the steps of an epoch."""
+        return self.seconds * self.steps_per_epoch
 
     @property
     def batch_size(self) -> int:
         return self.options["batch_size"]
 
     @property
-    def steps(self) -> int:
-        """Training steps per epoch (every batch is full: see :func:`run`)."""
-        return self.num_train // self.batch_size
-
-    @property
-    def timed(self) -> list[float]:
-        return self.epoch_seconds[1:] or self.epoch_seconds
-
-    @property
-    def timing(self) -> Timing:
-        """The timed epochs as a :class:`d2l_ext.utils.Timing` (median and range)."""
-        return Timing(tuple(self.timed))
-
-    @property
-    def seconds(self) -> float:
-        """The median time of an epoch."""
-        return statistics.median(self.timed)
-
-    @property
-    def test_acc(self) -> float:
-        """The test accuracy after the last epoch."""
-        return self.test_accs[-1]
-
-    @property
     def images_per_second(self) -> float:
-        return self.num_train / self.seconds
+        return self.batch_size / self.seconds
+
+    @property
+    def flops_per_second(self) -> float:
+        """Counted FLOPs per second of wall time (the median step)."""
+        return self.flops_per_step / self.seconds
 
     @property
     def mfu(self) -> float:
-        """Model FLOPs utilisation: the counted FLOPs per second over the measured
-        matrix-product rate (not a datasheet's peak)."""
-        return self.flops_per_epoch / self.seconds / self.peak_flops
+        """Model FLOPs utilisation against the ladder's one fixed peak (:func:`peak_flops`)."""
+        return self.flops_per_second / self.peak
 
-    def time_to(self, target: float) -> float | None:
-        """Training seconds, every epoch counted (the first too: a real run pays it), until
-        the test accuracy after an epoch first reached ``target``; ``None`` if it never did."""
-        total = 0.0
-        for seconds, acc in zip(self.epoch_seconds, self.test_accs):
-            total += seconds
-            if acc >= target:
-                return total
-        return None
+    @property
+    def ratio(self) -> Timing | None:
+        return Timing(tuple(self.ratios)) if self.ratios else None
+
+    @property
+    def bound(self) -> str:
+        """``"host"``, ``"device"``, ``"sync"`` (the step waits for the device), ``"one"``
+        (a CPU) or ``""`` (not measured)."""
+        if self.split is None:
+            return ""
+        return "sync" if self.split.syncs else self.split.bound
+
+    @property
+    def verdict_text(self) -> Text:
+        return Text(self.verdict or "–", VERDICTS.get(self.verdict, self.verdict))
+
+    @property
+    def kind_text(self) -> Text:
+        return Text(*KINDS[self.kind])
 
 
 def make_net(seed: int = 0, bias: bool = True) -> nn.Module:
@@ -522,190 +742,420 @@ def make_net(seed: int = 0, bias: bool = True) -> nn.Module:
     return lean
 
 
-def _peak(device: torch.device, amp: str | None, peaks: dict[str, float]) -> float:
-    """The fastest matrix-product rate a rung's arithmetic can use: float32's (TF32's on a
-    GPU, as cuDNN's convolutions use it by default) or its autocast precision's, whichever
-    is faster (CPUs without native bf16 instructions run bf16 slower than float32)."""
-    names = ["fp32"] + (["tf32"] if device.type == "cuda" else []) + ([amp] if amp else [])
-    for name in names:
-        if name not in peaks:
-            peaks[name] = matmul_flops_per_second(device, DTYPES[name], tf32=name == "tf32")
-    return max(peaks[name] for name in names)
-
-
-def _run_rung(rung: Rung, opts: dict, device: torch.device, num_epochs: int,
-              num_train: int, num_test: int | None, seed: int, flops: float,
-              peaks: dict[str, float]) -> RungResult:
-    train_opts = dict(opts)
-    net = make_net(seed, bias=train_opts.pop("bias", True))
-    if rung.kind == "reference":
-        result = d2l_loop(net, device, opts["batch_size"], opts["lr"], num_epochs, num_train,
-                          num_test, seed=seed)
-    else:
-        result = d2l.train(net, [device], num_epochs=num_epochs, num_train=num_train,
-                           num_test=num_test, seed=seed, verbose=False, **train_opts)
-    return RungResult(rung.title, rung.kind, opts, list(result.epoch_seconds),
-                      list(result.test_acc), num_train, flops,
-                      _peak(device, opts.get("amp"), peaks))
-
-
-def run(rungs: Sequence[Rung], device: torch.device, num_epochs: int = 10,
-        num_train: int | None = None, num_test: int | None = None, seed: int = 0, *,
-        peaks: dict[str, float] | None = None, recheck: bool = False,
-        verbose: bool = True) -> list[RungResult]:
-    """Run each rung that ``device`` supports for ``num_epochs`` (the first is a warm-up).
-
-    Every rung trains on the same images: the first ``num_train`` (default: all), cut to a
-    multiple of the largest batch of the rungs, so that no rung has a partial batch and
-    ``drop_last`` (on under ``compile``) changes no rung's work. Every rung starts from the
-    same weights (:func:`make_net`).
-
-    A systems rung is compared with the rung it builds on, the last kept rung below it, by
-    their ranges (:func:`verdict`); one that was clearly slower is reported and then left
-    out of the rungs that follow (``kept`` is False). With ``recheck`` the first systems
-    rung runs again at the end (kind ``"check"``): the difference between its two runs is
-    the drift of the machine during the ladder.
-
-    MFU is taken against the fastest matrix product this run measured for the rung's
-    precision (:func:`matmul_flops_per_second`); ``peaks`` may hold rates already measured
-    (keys of :data:`DTYPES`) and receives those measured here. With ``verbose`` each rung
-    prints a line, in the reader's language, when it is done.
-    """
-    if num_epochs < 4:
-        raise ValueError(f"num_epochs={num_epochs}: the first epoch is a warm-up and at least "
-                         "three more are timed; use num_epochs >= 4.")
-    device = d2l.as_device(device)
-    rungs = applicable(rungs, device)
+def _training_images(rungs: Sequence[Rung], num_train: int | None) -> int:
     largest = max(options(rungs, i)["batch_size"] for i in range(len(rungs)))
     available = len(fashion_mnist.load(True, num_examples=num_train)[1])
     n = available - available % largest
     if n == 0:
         raise ValueError(f"{available} training images are fewer than the largest batch of "
                          f"the rungs ({largest}).")
-    flops = train_flops_per_image(make_net(seed)) * n
-    peaks = {} if peaks is None else peaks
-    results: list[RungResult] = []
-    dropped: list[str] = []
+    return n
 
-    def report(this: RungResult) -> None:
-        results.append(this)
-        if verbose:
-            timing, acc = this.timing.text("s"), f"{this.test_acc:.3f}"
-            verdict_en = f" ({this.verdict_text.en})" if this.verdict else ""
-            verdict_zh = f"（{this.verdict_text.zh}）" if this.verdict else ""
-            print(message(en=f"{this.name.en}: {timing} per epoch, test acc {acc}{verdict_en}",
-                          zh=f"{this.name.zh}：每轮 {timing}，测试准确率 {acc}{verdict_zh}"),
-                  flush=True)
 
-    for i, rung in enumerate(rungs):
-        opts = options(rungs, i, dropped)
-        this = _run_rung(rung, opts, device, num_epochs, n, num_test, seed, flops, peaks)
-        below = [r for r in results if r.kept and r.kind in ("reference", "systems")]
-        if rung.kind == "systems" and below:
-            first = not any(r.kind == "systems" for r in results)
-            this.verdict = verdict(this.timing, below[-1].timing, droppable=not first)
-            if not this.kept:
-                dropped.append(rung.name)
-        elif rung.kind == "algorithmic":
-            this.verdict = CHANGES_WORK
-        report(this)
-    systems = [i for i, r in enumerate(rungs) if r.kind == "systems"]
-    if recheck and systems:
-        first = rungs[systems[0]]
-        again = Rung(f"{first.name}, again", "check", first.change, zh=f"{first.zh}，重跑")
-        this = _run_rung(again, options(rungs, systems[0]), device, num_epochs, n, num_test,
-                         seed, flops, peaks)
-        this.verdict = DRIFT_CHECK
-        report(this)
+def _warm_up(runner: Runner, device: torch.device, min_steps: int = 3,
+             max_steps: int = 12) -> tuple[float, int]:
+    """Run steps until the compiler's counters stop moving (at least ``min_steps``); the
+    seconds they took between barriers and their number."""
+    d2l.synchronize(device)
+    start = time.perf_counter()
+    steps, quiet = 0, 0
+    while steps < max_steps:
+        before = compiler_events()
+        runner.step()
+        steps += 1
+        quiet = quiet + 1 if not _moved(before, compiler_events()) else 0
+        if steps >= min_steps and quiet >= 2:
+            break
+    d2l.synchronize(device)
+    return time.perf_counter() - start, steps
+
+
+def run(rungs: Sequence[Rung], device: torch.device, rounds: int = 5, steps: int = 20,
+        num_train: int | None = None, num_test: int | None = None, seed: int = 0, *,
+        peak: tuple[float, Text] | None = None, split: bool = True,
+        verbose: bool = True) -> list[RungResult]:
+    """Measure each rung that ``device`` supports, in ``rounds`` rounds (see the module's
+    docstring). Every rung trains on the same images, the first ``num_train`` (default: all),
+    cut to a multiple of the largest batch of the rungs, from the same weights
+    (:func:`make_net`). A rung that fails to build or run is reported with its error and left
+    out of the rounds; the others go on.
+
+    ``peak``: the MFU denominator and its description (default: :func:`peak_flops`).
+    With ``split`` each rung's step is also split into device, host and wall time.
+    """
+    if rounds < 2:
+        raise ValueError(f"rounds={rounds}: a verdict needs at least two rounds.")
+    device = d2l.as_device(device)
+    rungs = applicable(rungs, device)
+    n = _training_images(rungs, num_train)
+    flops_per_image = train_flops_per_image(make_net(seed))
+    peak_value, _ = peak if peak is not None else peak_flops(device)
+    old_limit = torch._dynamo.config.cache_size_limit
+    torch._dynamo.config.cache_size_limit = max(old_limit, 64)  # one entry per compiled rung
+    results, runners = [], []
+    try:
+        for i, rung in enumerate(rungs):
+            opts = options(rungs, i)
+            result = RungResult(rung.title, rung.kind, opts, 0,
+                                flops_per_image * opts["batch_size"], peak_value)
+            results.append(result)
+            try:
+                runner = Runner(rung, opts, device, n, num_test, seed)
+                result.steps_per_epoch = runner.steps_per_epoch
+                with runner.flags():
+                    result.one_off, result.warmup_steps = _warm_up(runner, device)
+                runners.append((runner, result))
+            except Exception as err:  # a rung that cannot run here: say why, go on
+                result.error = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+                result.verdict = FAILED
+            if verbose:
+                _report_built(result)
+        for r in range(rounds):
+            for runner, result in (runners if r % 2 == 0 else runners[::-1]):
+                if result.error:
+                    continue
+                before = compiler_events()
+                try:
+                    with runner.flags():
+                        d2l.synchronize(device)
+                        start = time.perf_counter()
+                        done = runner.unit(steps)
+                        d2l.synchronize(device)
+                        seconds = time.perf_counter() - start
+                except Exception as err:
+                    result.error = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+                    result.verdict = FAILED
+                    continue
+                result.compiled_in_window += _moved(before, compiler_events())
+                result.step_seconds.append(seconds / done)
+        for runner, result in runners:
+            if result.error or not result.step_seconds:
+                continue
+            steady = result.seconds * result.warmup_steps
+            result.one_off = max(0.0, result.one_off - steady)
+            if split:
+                try:
+                    with runner.flags():
+                        result.split = timing.split_time(runner.step, device, repeats=3,
+                                                         warmup=1)
+                except Exception as err:
+                    result.error = f"split: {type(err).__name__}: {err}".splitlines()[0][:300]
+        _judge(results)
+    finally:
+        torch._dynamo.config.cache_size_limit = old_limit
+        for runner, _ in runners:
+            runner._batches = None
+    if verbose:
+        for result in results:
+            _report_measured(result)
     return results
 
 
-def top_of_stack(results: Sequence[RungResult]) -> RungResult:
-    """The last kept systems rung: every switch that was not dropped, stacked."""
-    return [r for r in results if r.kind == "systems" and r.kept][-1]
+def _judge(results: Sequence[RungResult]) -> None:
+    """Each systems rung against the last measured rung before it (reference or systems):
+    per-round ratios and the verdict."""
+    below = None
+    for result in results:
+        if result.kind == "algorithmic" or result.error or not result.step_seconds:
+            continue
+        if below is not None and result.kind == "systems":
+            rounds = min(len(result.step_seconds), len(below.step_seconds))
+            result.ratios = [a / b for a, b in zip(result.step_seconds[:rounds],
+                                                   below.step_seconds[:rounds])]
+            result.verdict = verdict(result.ratios)
+        below = result
 
 
-def drift(results: Sequence[RungResult]) -> float | None:
-    """How much slower (positive) or faster the first systems rung ran when it ran again at
-    the end (:func:`run`'s ``recheck``), by the medians; ``None`` without the re-run."""
-    first = next((r for r in results if r.kind == "systems"), None)
-    check = next((r for r in results if r.kind == "check"), None)
-    if first is None or check is None:
-        return None
-    return check.seconds / first.seconds - 1
+def _report_built(result: RungResult) -> None:
+    if result.error:
+        print(message(en=f"{result.name.en}: failed to build or warm up ({result.error})",
+                      zh=f"{result.name.zh}：构建或预热失败（{result.error}）"), flush=True)
+    else:
+        print(message(en=f"{result.name.en}: built and warmed up, {result.warmup_steps} steps "
+                         f"in {result.one_off:.2f} s",
+                      zh=f"{result.name.zh}：已构建并预热，{result.warmup_steps} 步用了 "
+                         f"{result.one_off:.2f} 秒"), flush=True)
 
 
-#: The table's columns (English and Chinese), and each column's format.
-COLUMNS = [message(en=en, zh=zh) for en, zh in [
-    ("rung", "台阶"), ("kind", "类别"), ("verdict", "判定"), ("batch", "批量"),
-    ("steps", "步数"), ("s/epoch", "秒/轮"), ("min", "最小"), ("max", "最大"),
-    ("images/s", "图像/秒"), ("test acc", "测试准确率"), ("to target (s)", "达到目标（秒）"),
-    ("speed-up", "加速比"), ("MFU", "MFU")]]
-FORMATS = ["", "", "", "d", "d", ".2f", ".2f", ".2f", ".0f", ".3f", ".1f", ".2f", ".1%"]
+def _report_measured(result: RungResult) -> None:
+    if result.error:
+        print(message(en=f"{result.name.en}: {result.error}",
+                      zh=f"{result.name.zh}：{result.error}"))
+        return
+    t = result.timing
+    ms = f"{t.median * 1e3:.2f} ms ({t.min * 1e3:.2f}\u2013{t.max * 1e3:.2f})"
+    extra_en = extra_zh = ""
+    if result.ratios:
+        r = result.ratio
+        extra_en = (f"; x{r.median:.2f} ({r.min:.2f}\u2013{r.max:.2f}) the rung before: "
+                    f"{result.verdict}")
+        extra_zh = (f"；是前一级的 {r.median:.2f} 倍（{r.min:.2f}–{r.max:.2f}）："
+                    f"{result.verdict_text.zh}")
+    print(message(en=f"{result.name.en}: {ms} per step{extra_en}",
+                  zh=f"{result.name.zh}：每步 {ms.replace(' ms', ' 毫秒')}{extra_zh}"))
+    if result.compiled_in_window:
+        moved = sorted(set(result.compiled_in_window))
+        print(message(en=f"  the compiler moved during a timed window: {', '.join(moved)}",
+                      zh=f"  计时窗口内编译器有动作：{'、'.join(moved)}"))
 
 
-def rows(results: Sequence[RungResult], target: float | None = None) -> list[list]:
-    """One row per rung, in :data:`COLUMNS`' order. The speed-up is over the first rung,
-    ``None`` for the algorithmic rung (it does other work: :meth:`RungResult.time_to`
-    judges it); "to target" is the training time until the test accuracy first reached
-    ``target`` (``None``: not reached, or no target)."""
-    first = results[0].seconds
-    return [[r.name, r.kind_text, r.verdict_text, r.batch_size, r.steps, r.seconds,
-             min(r.timed), max(r.timed), r.images_per_second, r.test_acc,
-             None if target is None else r.time_to(target),
-             None if r.kind == "algorithmic" else first / r.seconds, r.mfu]
-            for r in results]
+# ---------------------------------------------------------------- time to an accuracy
+@dataclass
+class TargetRun:
+    """One run of one rung from fresh weights to a test accuracy."""
+
+    name: Text
+    seed: int
+    reached: bool
+    accuracy: float  # the last one read
+    epochs: float  # epochs trained when it was read
+    steady: float  # training seconds at the steady rate (warm-up steps counted at that rate)
+    one_off: float  # the warm-up's seconds beyond that
 
 
+def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.device,
+                   target: float, seeds: Sequence[int] = (0, 1), max_epochs: int = 10,
+                   every: float = 0.25, num_train: int | None = None,
+                   num_test: int | None = None, verbose: bool = True) -> list[TargetRun]:
+    """Train each of ``rungs[i]`` for ``i`` in ``chosen`` from fresh weights, once per seed,
+    until the test accuracy, read every ``every`` of an epoch (untimed), reaches ``target``
+    or ``max_epochs`` pass. Training time is timed between barriers, chunk by chunk; the
+    warm-up's extra cost (compilation, autotuning, recording) is reported apart."""
+    device = d2l.as_device(device)
+    n = _training_images(rungs, num_train)
+    out = []
+    for i in chosen:
+        rung, opts = rungs[i], options(rungs, i)
+        for seed in seeds:
+            runner = Runner(rung, opts, device, n, num_test, seed, num_epochs=max_epochs)
+            with runner.flags():
+                warm_seconds, warm_steps = _warm_up(runner, device)
+                chunk = max(1, round(runner.steps_per_epoch * every))
+                done, timed, timed_steps, acc = warm_steps, 0.0, 0, 0.0
+                while timed_steps == 0 or done < max_epochs * runner.steps_per_epoch:
+                    d2l.synchronize(device)  # (at least one timed chunk, however short)
+                    start = time.perf_counter()
+                    for _ in range(chunk):
+                        runner.step()
+                    d2l.synchronize(device)
+                    timed += time.perf_counter() - start
+                    timed_steps += chunk
+                    done += chunk
+                    acc = runner.accuracy()
+                    if acc >= target:
+                        break
+            per_step = timed / timed_steps
+            one = TargetRun(rung.title, seed, acc >= target, acc, done / runner.steps_per_epoch,
+                            timed + warm_steps * per_step,
+                            max(0.0, warm_seconds - warm_steps * per_step))
+            runner._batches = None
+            out.append(one)
+            if verbose:
+                state_en = "reached" if one.reached else "did not reach"
+                state_zh = "达到" if one.reached else "没有达到"
+                print(message(
+                    en=f"{one.name.en}, seed {seed}: {state_en} {target} ({acc:.3f}) after "
+                       f"{one.epochs:.2f} epochs, {one.steady:.1f} s of training "
+                       f"+ {one.one_off:.1f} s one-off",
+                    zh=f"{one.name.zh}，种子 {seed}：训练 {one.epochs:.2f} 轮后{state_zh} "
+                       f"{target}（{acc:.3f}），训练 {one.steady:.1f} 秒，另加一次性开销 "
+                       f"{one.one_off:.1f} 秒"), flush=True)
+    return out
+
+
+# ---------------------------------------------------------------- where the top rung's time goes
+#: Groups of a step's time, in the order tables list them (English, Chinese), and the name
+#: patterns that pick them: GPU kernels (cuDNN's fprop/dgrad/wgrad, cuBLAS/CUTLASS GEMMs,
+#: Inductor's Triton kernels) or, on a CPU, operators.
+GROUPS = {
+    "conv forward": ("convolutions, forward", "卷积，前向"),
+    "conv dgrad": ("convolutions, data gradient", "卷积，数据梯度"),
+    "conv wgrad": ("convolutions, weight gradient", "卷积，权重梯度"),
+    "conv backward": ("convolutions, backward (both gradients)", "卷积，反向（两种梯度）"),
+    "matmul": ("matrix products", "矩阵乘法"),
+    "elementwise": ("normalisation and element-wise", "规范化与逐元素运算"),
+    "optimizer": ("optimizer", "优化器"),
+    "other": ("other", "其他"),
+}
+_GROUP_PATTERNS = [
+    ("conv dgrad", re.compile(r"dgrad", re.I)),
+    ("conv wgrad", re.compile(r"wgrad", re.I)),
+    ("conv backward", re.compile(r"convolution_backward", re.I)),
+    ("conv forward", re.compile(r"fprop|convolve|conv2d|convolution|implicit_gemm", re.I)),
+    ("optimizer", re.compile(r"sgd|multi_tensor|foreach|optimizer", re.I)),
+    ("matmul", re.compile(r"gemm|cutlass|matmul|addmm|(^|[:_])mm($|_)|linear", re.I)),
+    ("elementwise", re.compile(r"triton|norm|relu|elementwise|vectorized|reduce|pool|add|mul|"
+                               r"fill|copy|threshold", re.I)),
+]
+
+
+def group_of(name: str) -> str:
+    """The group (:data:`GROUPS`) of a kernel or operator by its name."""
+    for group, pattern in _GROUP_PATTERNS:
+        if pattern.search(name):
+            return group
+    return "other"
+
+
+def _group_with_parents(event) -> str:
+    """An operator's group; inside ``optimizer.step()`` (the profiler's annotation
+    ``Optimizer.step#SGD.step``) every operator counts as the optimizer's."""
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("Optimizer."):
+            return "optimizer"
+        parent = parent.cpu_parent
+    return group_of(event.name)
+
+
+def time_groups(step, device: torch.device | str, steps: int = 3) -> dict[str, float]:
+    """Seconds per step of each group of :data:`GROUPS` over ``steps`` profiled calls of
+    ``step`` (after one untimed call): on a GPU each kernel's device time by its name, so
+    that cuDNN's forward, data-gradient and weight-gradient kernels separate; on a CPU each
+    operator's self time (a convolution's backward is one operator there)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    device = d2l.as_device(device)
+    step()
+    d2l.synchronize(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                           if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+        d2l.synchronize(device)
+    groups = dict.fromkeys(GROUPS, 0.0)
+    for event in prof.events():
+        if device.type == "cuda":
+            if event.device_type != DeviceType.CUDA:
+                continue
+            seconds = event.self_device_time_total / 1e6
+        else:
+            if event.device_type != DeviceType.CPU or event.is_user_annotation:
+                continue
+            seconds = event.self_cpu_time_total / 1e6
+        if seconds > 0:
+            groups[_group_with_parents(event)] += seconds / steps
+    return {k: v for k, v in groups.items() if v > 0}
+
+
+def profile_rung(rungs: Sequence[Rung], index: int, device: torch.device | str,
+                 num_train: int | None = None, num_test: int | None = None,
+                 steps: int = 3, seed: int = 0) -> dict[str, float]:
+    """:func:`time_groups` of ``rungs[index]``'s step, built and warmed up as :func:`run`
+    builds it (on the same images)."""
+    device = d2l.as_device(device)
+    n = _training_images(rungs, num_train)
+    runner = Runner(rungs[index], options(rungs, index), device, n, num_test, seed)
+    with runner.flags():
+        _warm_up(runner, device)
+        groups = time_groups(runner.step, device, steps)
+    runner._batches = None
+    return groups
+
+
+def groups_table(groups: dict[str, float]) -> str:
+    """The groups as a text table: milliseconds per step and share, in the reader's language."""
+    total = sum(groups.values())
+    return text_table(
+        [message(en="where the step's time goes", zh="一步的时间花在哪里"),
+         message(en="ms per step", zh="每步毫秒"), message(en="share", zh="占比")],
+        [[Text(*GROUPS[k]), v * 1e3, v / total] for k, v in groups.items()],
+        ["", ".2f", ".0%"], left=1)
+
+
+# ---------------------------------------------------------------- tables and a chart
 class _Blank:
     """A table cell with nothing to show, whatever the column's format."""
 
     def __format__(self, spec: str) -> str:
-        return "–"
+        return "\u2013"
 
 
-def table(results: Sequence[RungResult], target: float | None = None) -> str:
+#: The table's columns (English and Chinese), and each column's format.
+COLUMNS = [message(en=en, zh=zh) for en, zh in [
+    ("rung", "台阶"), ("batch", "批量"), ("ms/step", "毫秒/步"), ("min", "最小"), ("max", "最大"),
+    ("s/epoch", "秒/轮"), ("x previous", "相对前一级"), ("verdict", "判定"),
+    ("device ms", "设备毫秒"), ("host ms", "主机毫秒"), ("bound", "瓶颈"),
+    ("one-off s", "一次性秒"), ("TFLOP/s", "TFLOP/s"), ("MFU", "MFU")]]
+FORMATS = ["", "d", ".2f", ".2f", ".2f", ".2f", ".2f", "", ".2f", ".2f", "", ".1f", ".2f", ".1%"]
+#: Each kind of bound in English and Chinese.
+BOUNDS = {"host": ("host", "主机"), "device": ("device", "设备"), "sync": ("waits", "同步等待"),
+          "one": ("one (CPU)", "合一（CPU）"), "": ("\u2013", "\u2013")}
+
+
+def rows(results: Sequence[RungResult]) -> list[list]:
+    """One row per measured rung, in :data:`COLUMNS`' order."""
+    out = []
+    for r in results:
+        if r.error or not r.step_seconds:
+            out.append([r.name, r.batch_size] + [_Blank()] * 5 + [r.verdict_text]
+                       + [_Blank()] * 6)
+            continue
+        t = r.timing
+        split = r.split
+        out.append([r.name, r.batch_size, t.median * 1e3, t.min * 1e3, t.max * 1e3,
+                    r.epoch_seconds, r.ratio.median if r.ratios else _Blank(), r.verdict_text,
+                    split.device.median * 1e3 if split else _Blank(),
+                    split.host.median * 1e3 if split else _Blank(),
+                    Text(*BOUNDS[r.bound]), r.one_off, r.flops_per_second / 1e12, r.mfu])
+    return out
+
+
+def table(results: Sequence[RungResult]) -> str:
     """The ladder as a text table in the reader's language (:func:`rows`)."""
-    cells = [[_Blank() if v is None else v for v in row] for row in rows(results, target)]
-    return text_table(COLUMNS, cells, FORMATS, left=3)
+    return text_table(COLUMNS, rows(results), FORMATS, left=1)
+
+
+def target_table(runs: Sequence[TargetRun], target: float) -> str:
+    """Each rung's runs to the target: seeds, reached, epochs, steady and one-off seconds."""
+    return text_table(
+        [message(en="rung", zh="台阶"), message(en="seed", zh="种子"),
+         message(en=f"reached {target}", zh=f"达到 {target}"),
+         message(en="test acc", zh="测试准确率"), message(en="epochs", zh="轮数"),
+         message(en="training s", zh="训练秒数"), message(en="one-off s", zh="一次性秒数")],
+        [[r.name, r.seed, message(en="yes", zh="是") if r.reached else message(en="no", zh="否"),
+          r.accuracy, r.epochs, r.steady, r.one_off] for r in runs],
+        ["", "d", "", ".3f", ".2f", ".1f", ".1f"], left=1)
 
 
 #: The bar colour of each kind of rung.
-COLORS = {"reference": "#888888", "systems": "#0a7d91", "algorithmic": "#c46a12",
-          "check": "#bbbbbb"}
+COLORS = {"reference": "#888888", "systems": "#0a7d91", "algorithmic": "#c46a12"}
 
 
 def plot(results: Sequence[RungResult], ax=None):
-    """A bar per rung: the median seconds per epoch, min to max as an error bar, the
-    speed-up over the first rung after it (none for the algorithmic rung, which does other
-    work); rungs that were dropped are hatched; a legend names the colours. Every text is a
-    :func:`d2l_ext.i18n.label`."""
+    """Two bars per measured rung: its device time and its wall time per step (median; the
+    wall time's range over the rounds as an error bar); hatched where the host limits."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
+    shown = [r for r in results if not r.error and r.step_seconds][::-1]
     if ax is None:
-        _, ax = plt.subplots(figsize=(7, 0.35 * len(results) + 1.6))
-    shown = results[::-1]  # the first rung on top
-    names = [label(en=r.name.en, zh=r.name.zh) for r in shown]
-    errors = [[r.seconds - min(r.timed) for r in shown], [max(r.timed) - r.seconds for r in shown]]
-    bars = ax.barh(names, [r.seconds for r in shown], xerr=errors, capsize=2,
-                   color=[COLORS[r.kind] for r in shown], edgecolor="white")
-    first = results[0].seconds
+        _, ax = plt.subplots(figsize=(7, 0.4 * len(shown) + 1.6))
+    ys = np.arange(len(shown))
+    wall = [r.seconds * 1e3 for r in shown]
+    err = [[(r.seconds - r.timing.min) * 1e3 for r in shown],
+           [(r.timing.max - r.seconds) * 1e3 for r in shown]]
+    ax.barh(ys + 0.2, wall, height=0.4, xerr=err, capsize=2,
+            color=[COLORS[r.kind] for r in shown], edgecolor="white",
+            hatch=None)
+    device = [r.split.device.median * 1e3 if r.split else 0.0 for r in shown]
+    bars = ax.barh(ys - 0.2, device, height=0.4, color="#cccccc", edgecolor="white")
     for bar, r in zip(bars, shown):
-        if not r.kept:
+        if r.bound == "host":
             bar.set_hatch("//")
-        if r.kind != "algorithmic":
-            ax.text(max(r.timed), bar.get_y() + bar.get_height() / 2,  # after the error bar
-                    f"  {first / r.seconds:.2f}x", va="center", fontsize=9)
-    ax.set_xlabel(label(en="seconds per epoch (median; min to max); speed-up over the first rung",
-                        zh="每轮秒数（中位数；最小值到最大值）；相对第一级的加速比"))
-    ax.margins(x=0.15)
-    kinds = [k for k in KINDS if any(r.kind == k for r in results)]
-    handles = [Patch(color=COLORS[k], label=label(en=KINDS[k][0], zh=KINDS[k][1]))
-               for k in kinds]
-    if any(not r.kept for r in results):
-        handles.append(Patch(facecolor="white", edgecolor="#444444", hatch="//",
-                             label=label(en="dropped", zh="已舍弃")))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.8 / len(results)),
-              ncol=len(handles), frameon=False, fontsize=9)
+    ax.set_yticks(ys, [label(en=r.name.en, zh=r.name.zh) for r in shown])
+    ax.set_xscale("log")
+    ax.set_xlabel(label(en="milliseconds per step (log scale): wall time (median, range over "
+                           "rounds) and the device's time",
+                        zh="每步毫秒数（对数刻度）：墙钟时间（中位数，各轮的范围）与设备时间"))
+    handles = [Patch(color=COLORS[k], label=label(en=f"wall, {KINDS[k][0]}",
+                                                  zh=f"墙钟，{KINDS[k][1]}"))
+               for k in KINDS if any(r.kind == k for r in shown)]
+    handles.append(Patch(color="#cccccc", label=label(en="device", zh="设备")))
+    handles.append(Patch(facecolor="#cccccc", edgecolor="#444444", hatch="//",
+                         label=label(en="device, host-bound rung", zh="设备，主机受限的台阶")))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.15),
+              ncol=2, frameon=False, fontsize=8)
     return ax

@@ -21,8 +21,10 @@ from d2l_ext.utils import (
     TrainResult,
     check_split,
     check_train_args,
+    false_alarm,
     label,
     message,
+    paired_verdict,
 )
 from d2l_ext.utils import measure as _measure
 
@@ -47,7 +49,9 @@ __all__ = [
     "Accumulator", "Animator", "Benchmark", "Timer", "TrainResult", "Residual", "accuracy",
     "cpu", "evaluate_accuracy_gpu", "evaluate_accuracy_gpus", "get_dataloader_workers", "gpu",
     "label", "load_data_fashion_mnist", "measure", "message", "num_gpus", "resnet18", "sgd",
-    "split_batch", "synchronize", "Timing", "train", "try_all_devices", "try_all_gpus", "try_gpu",
+    "split_batch", "synchronize", "Timing", "train", "paired_verdict",
+    "false_alarm", "Training", "try_all_devices",
+    "try_all_gpus", "try_gpu",
 ]
 
 
@@ -272,66 +276,115 @@ def train(net: nn.Block, devices: Sequence[mx.Context], batch_size: int, lr: flo
     Returns per-epoch loss, accuracies, seconds and images per second; in a
     notebook the curves are drawn live.
     """
-    devices = [devices] if isinstance(devices, mx.Context) else list(devices)
-    if not devices:
-        raise ValueError("devices is empty; pass at least one device, e.g. [d2l.try_gpu()].")
-    check_train_args(batch_size=batch_size, lr=lr, num_epochs=num_epochs,
-                      warmup_epochs=warmup_epochs, num_train=num_train, num_test=num_test,
-                      num_workers=num_workers)
-    if batch_size < len(devices):
-        raise ValueError(f"batch_size {batch_size} is smaller than the {len(devices)} devices.")
-    if batch_size % len(devices):
-        raise ValueError(f"batch_size {batch_size} is not a multiple of the {len(devices)} "
-                         "devices: each device would get a different share of every batch; "
-                         f"use e.g. {batch_size - batch_size % len(devices)}.")
-    mx.random.seed(seed)
-    numpy.random.seed(seed)
-    net.initialize(init=init.Xavier(), ctx=devices, force_reinit=True)
-    if hybridize:
-        if not isinstance(net, gluon.HybridBlock):
-            raise ValueError(f"hybridize=True needs a HybridBlock; {type(net).__name__} is a "
-                             "plain Block. Build the network from nn.HybridSequential and "
-                             "HybridBlocks (as d2l.resnet18 does).")
-        net.hybridize(static_alloc=True, static_shape=True)
-    kvstore = default_kvstore(devices) if kvstore is None else kvstore
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": lr}, kvstore=kvstore)
-    train_iter, test_iter = load_data_fashion_mnist(
-        batch_size, root=root, num_workers=num_workers, pin_memory=pin_memory,
-        num_train=num_train, num_test=num_test)
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    progress = TrainProgress(TrainResult([str(d) for d in devices], batch_size, lr),
+    run = Training(net, devices, batch_size, lr, num_epochs, warmup_epochs=warmup_epochs,
+                   num_train=num_train, num_test=num_test, num_workers=num_workers, root=root,
+                   seed=seed, pin_memory=pin_memory, hybridize=hybridize, kvstore=kvstore)
+    progress = TrainProgress(TrainResult([str(d) for d in run.devices], batch_size, lr),
                              num_epochs, verbose)
-    num_batches = len(train_iter)
-    warmup_steps = max(1, round(warmup_epochs * num_batches))
-    step = 0
     for epoch in range(num_epochs):
+        run.start_epoch()
         npx.waitall()
         timer = Timer()
-        # per-device running sums of loss and correct predictions: no barrier per step
-        sums = [np.zeros(2, ctx=d) for d in devices]
-        n = 0
-        for i, (features, labels) in enumerate(train_iter):
-            if labels.shape[0] < len(devices):
-                continue  # a last batch with fewer examples than devices: left out
-            trainer.set_learning_rate(lr * min(1.0, (step + 1) / warmup_steps))
-            step += 1
-            X_shards, y_shards = split_batch(features, labels, devices)
-            with autograd.record():
-                preds = [net(X) for X in X_shards]
-                losses = [loss_fn(p, y) for p, y in zip(preds, y_shards)]
-            for loss in losses:
-                loss.backward()
-            trainer.step(labels.shape[0])
-            for k, (p, y, loss) in enumerate(zip(preds, y_shards, losses)):
-                hits = (p.argmax(axis=1).astype(y.dtype) == y).astype("float32").sum()
-                sums[k] += np.stack([loss.sum(), hits])
-            n += labels.shape[0]
-            if (i + 1) % max(1, num_batches // 5) == 0 and i + 1 < num_batches:
-                loss_sum, correct = sum(s.asnumpy() for s in sums)  # a barrier
-                progress.batch(epoch + (i + 1) / num_batches, loss_sum / n, correct / n)
+        for i, (features, labels) in enumerate(run.train_iter):
+            run.step(features, labels)
+            if (i + 1) % max(1, run.num_batches // 5) == 0 and i + 1 < run.num_batches:
+                loss_sum, correct = run.sums()  # a barrier
+                progress.batch(epoch + (i + 1) / run.num_batches, loss_sum / run.seen,
+                               correct / run.seen)
         npx.waitall()
         seconds = timer.stop()
-        loss_sum, correct = sum(s.asnumpy() for s in sums)
-        progress.epoch(epoch + 1, float(loss_sum / n), float(correct / n),
-                       evaluate_accuracy_gpus(net, test_iter), seconds, n / seconds)
+        loss_sum, correct = run.sums()
+        progress.epoch(epoch + 1, float(loss_sum / run.seen), float(correct / run.seen),
+                       run.test_accuracy(), seconds, run.seen / seconds)
     return progress.done()
+
+
+class Training:
+    """:func:`train`'s training, built from its switches: the network initialised on every
+    device (hybridized if asked), the ``gluon.Trainer``, the loaders and the step. ``train``
+    runs it epoch by epoch; chapter 3's ladder runs several of them an epoch at a time, in
+    turns, so that it times exactly the step that ``train`` runs."""
+
+    def __init__(self, net: nn.Block, devices: Sequence[mx.Context], batch_size: int, lr: float,
+                 num_epochs: int = 10, *, warmup_epochs: float = 1.0,
+                 num_train: int | None = None, num_test: int | None = None,
+                 num_workers: int = 0, root: str | os.PathLike | None = None, seed: int = 0,
+                 pin_memory: bool = False, hybridize: bool = False,
+                 kvstore: str | None = None) -> None:
+        devices = [devices] if isinstance(devices, mx.Context) else list(devices)
+        if not devices:
+            raise ValueError("devices is empty; pass at least one device, e.g. "
+                             "[d2l.try_gpu()].")
+        check_train_args(batch_size=batch_size, lr=lr, num_epochs=num_epochs,
+                         warmup_epochs=warmup_epochs, num_train=num_train, num_test=num_test,
+                         num_workers=num_workers)
+        if batch_size < len(devices):
+            raise ValueError(f"batch_size {batch_size} is smaller than the {len(devices)} "
+                             "devices.")
+        if batch_size % len(devices):
+            raise ValueError(f"batch_size {batch_size} is not a multiple of the {len(devices)} "
+                             "devices: each device would get a different share of every "
+                             f"batch; use e.g. {batch_size - batch_size % len(devices)}.")
+        mx.random.seed(seed)
+        numpy.random.seed(seed)
+        net.initialize(init=init.Xavier(), ctx=devices, force_reinit=True)
+        if hybridize:
+            if not isinstance(net, gluon.HybridBlock):
+                raise ValueError(f"hybridize=True needs a HybridBlock; {type(net).__name__} is "
+                                 "a plain Block. Build the network from nn.HybridSequential "
+                                 "and HybridBlocks (as d2l.resnet18 does).")
+            net.hybridize(static_alloc=True, static_shape=True)
+        self.net, self.devices, self.lr = net, devices, lr
+        kvstore = default_kvstore(devices) if kvstore is None else kvstore
+        self.trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": lr},
+                                     kvstore=kvstore)
+        self.train_iter, self.test_iter = load_data_fashion_mnist(
+            batch_size, root=root, num_workers=num_workers, pin_memory=pin_memory,
+            num_train=num_train, num_test=num_test)
+        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+        self.num_batches = len(self.train_iter)
+        self.warmup_steps = max(1, round(warmup_epochs * self.num_batches))
+        self.steps = 0
+        self.start_epoch()
+
+    def start_epoch(self) -> None:
+        """Reset the running sums of loss and correct predictions (per device: no barrier
+        per step)."""
+        self._sums = [np.zeros(2, ctx=d) for d in self.devices]
+        self.seen = 0
+
+    def step(self, features: np.ndarray, labels: np.ndarray) -> None:
+        """One training step: the batch split over the devices, forward, backward, the
+        update, the running sums (no barrier)."""
+        if labels.shape[0] < len(self.devices):
+            return  # a last batch with fewer examples than devices: left out
+        self.trainer.set_learning_rate(self.lr * min(1.0, (self.steps + 1) / self.warmup_steps))
+        self.steps += 1
+        X_shards, y_shards = split_batch(features, labels, self.devices)
+        with autograd.record():
+            preds = [self.net(X) for X in X_shards]
+            losses = [self.loss_fn(p, y) for p, y in zip(preds, y_shards)]
+        for loss in losses:
+            loss.backward()
+        self.trainer.step(labels.shape[0])
+        for k, (p, y, loss) in enumerate(zip(preds, y_shards, losses)):
+            hits = (p.argmax(axis=1).astype(y.dtype) == y).astype("float32").sum()
+            self._sums[k] += np.stack([loss.sum(), hits])
+        self.seen += labels.shape[0]
+
+    def epoch(self) -> int:
+        """One epoch of steps; the number of steps (no barrier: time it between two)."""
+        self.start_epoch()
+        done = 0
+        for features, labels in self.train_iter:
+            self.step(features, labels)
+            done += 1
+        return done
+
+    def sums(self) -> tuple[float, float]:
+        """The epoch's summed loss and correct predictions so far (a barrier)."""
+        loss_sum, correct = sum(s.asnumpy() for s in self._sums)
+        return float(loss_sum), float(correct)
+
+    def test_accuracy(self) -> float:
+        return evaluate_accuracy_gpus(self.net, self.test_iter)

@@ -36,10 +36,18 @@ from d2l_ext.utils import Timing
 
 #: Shortest block of calls timed between two barriers by :func:`time_per_call` (seconds).
 MIN_BLOCK = 0.05
-#: Fewest back-to-back calls between the CUDA events of :func:`device_time`.
+#: Back-to-back calls between the CUDA events of :func:`device_time` for sub-millisecond
+#: work (CUDA's launch queue holds about a thousand kernels, so keep calls times kernels
+#: per call under that).
 MIN_CALLS = 100
+#: With ``calls=None``, enough calls for an event window of at least this long (seconds),
+#: and at most :data:`MIN_CALLS`.
+MIN_WINDOW = 0.01
 #: The blocker lasts this many times the host's time to issue the calls.
 LEAD = 2.0
+#: :func:`split_time` first queues the calls behind a blocker at least this long (seconds):
+#: a host that cannot issue them before it ends waits for the device in them.
+SYNC_PROBE = 0.02
 
 
 class _Cuda:
@@ -183,41 +191,52 @@ class SplitTime:
     host: Timing
     wall: Timing
     on_cpu: bool
+    #: the host waits for the device in the calls (a synchronisation in them, or CUDA's
+    #: launch queue filled by them): it could not issue them while a blocker kept the device
+    #: busy, so host and device take turns, and ``host`` includes the waiting
+    syncs: bool = False
 
     @property
     def bound(self) -> str:
         """``"host"`` where issuing a call takes longer than the device's work for it,
-        ``"device"`` otherwise; ``"one"`` on a CPU, where the two are one."""
+        ``"device"`` otherwise; ``"one"`` on a CPU, where the two are one; ``"sync"`` where
+        the call waits for the device, so that host and device take turns."""
         if self.on_cpu:
             return "one"
+        if self.syncs:
+            return "sync"
         return "host" if self.host.median > self.device.median else "device"
 
 
 def device_time(f: Callable[[], object], device: torch.device | str | None = None, *,
-                calls: int = MIN_CALLS, repeats: int = 5, warmup: int = 3) -> Timing:
+                calls: int | None = MIN_CALLS, repeats: int = 5, warmup: int = 3) -> Timing:
     """The device's seconds per call of ``f()``: CUDA events around ``calls`` back-to-back
     calls queued behind a blocker, so that the device runs them without waiting for the host.
 
     Keep ``calls`` times the kernels per call under about a thousand: CUDA's launch queue
-    holds about that many, and a full queue makes the host wait. On a CPU (no queue, no
-    events) this is :func:`time_per_call`.
+    holds about that many, and a full queue makes the host wait. ``calls=None`` chooses
+    enough calls for a window of :data:`MIN_WINDOW`, at most :data:`MIN_CALLS` (for a call
+    that launches hundreds of kernels, such as a training step, pass a few). On a CPU (no
+    queue, no events) this is :func:`time_per_call`.
     """
     return split_time(f, device, calls=calls, repeats=repeats, warmup=warmup).device
 
 
 def split_time(f: Callable[[], object], device: torch.device | str | None = None, *,
-               calls: int = MIN_CALLS, repeats: int = 5, warmup: int = 3) -> SplitTime:
+               calls: int | None = MIN_CALLS, repeats: int = 5, warmup: int = 3) -> SplitTime:
     """Device, host and wall seconds per call of ``f()`` (:class:`SplitTime`).
 
     On CUDA each repeat queues a blocker that lasts :data:`LEAD` times the host's issue time
     of the previous repeat, then ``calls`` calls between two events: the events give the
-    device's time, ``perf_counter`` around the loop the host's. The wall time comes from
-    :func:`time_per_call`. Repeats of the three are taken in turns.
+    device's time, ``perf_counter`` around the loop the host's. A call that waits for the
+    device (a synchronisation inside it) cannot be issued behind a blocker: the host's time
+    then keeps outgrowing the blocker, and the result says so (``syncs``; its host time
+    includes the waiting). The wall time comes from :func:`time_per_call`. Repeats of the
+    three are taken in turns. ``calls=None``: see :func:`device_time`.
     """
     _check(repeats, warmup)
-    if calls < MIN_CALLS:
-        raise ValueError(f"calls must be at least {MIN_CALLS} (sub-millisecond device work is "
-                         f"timed over many back-to-back calls), got {calls}.")
+    if calls is not None and calls < 1:
+        raise ValueError(f"calls must be at least 1, got {calls}.")
     device = _device(device)
     if device.type != "cuda":
         wall = time_per_call(f, device, repeats=repeats, warmup=warmup)
@@ -226,10 +245,23 @@ def split_time(f: Callable[[], object], device: torch.device | str | None = None
         f()
     _barrier(device)
     per_block = calls_per_block(f, device)
+    if calls is None:
+        one = _block_seconds(f, device, per_block) / per_block
+        calls = max(1, min(MIN_CALLS, math.ceil(MIN_WINDOW / max(one, 1e-9))))
     lead = max(_issue_seconds(f, calls), 1e-3) * LEAD
+    probe = max(lead, SYNC_PROBE)
+    for _ in range(2):  # twice: a host merely slower than estimated gets past a longer one
+        issued, _ = _behind_blocker(f, device, calls, probe)
+        syncs = issued >= probe  # the host could not get past the blocker: it waited for it
+        if not syncs:
+            lead = max(lead, issued * LEAD)
+            break
+        probe = issued * LEAD
     host, dev, wall = [], [], []
     for _ in range(repeats):
-        for _ in range(3):  # the blocker must outlast the issuing, or the device waited
+        if syncs:  # no blocker: the events span the calls with the device's waits in them
+            issued, ran = _behind_blocker(f, device, calls, 0.0)
+        for _ in range(0 if syncs else 3):  # the blocker must outlast the issuing
             issued, ran = _behind_blocker(f, device, calls, lead)
             if issued < lead:
                 break
@@ -240,4 +272,4 @@ def split_time(f: Callable[[], object], device: torch.device | str | None = None
         wall.append(_block_seconds(f, device, per_block) / per_block)
     return SplitTime(Timing(tuple(dev), repetitions=calls),
                      Timing(tuple(host), repetitions=calls),
-                     Timing(tuple(wall), repetitions=per_block), on_cpu=False)
+                     Timing(tuple(wall), repetitions=per_block), on_cpu=False, syncs=syncs)

@@ -10,7 +10,7 @@ import io
 import os
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,8 +33,10 @@ from d2l_ext.utils import (
     TrainResult,
     check_split,
     check_train_args,
+    false_alarm,
     label,
     message,
+    paired_verdict,
 )
 from d2l_ext.utils import measure as _measure
 
@@ -42,9 +44,10 @@ __all__ = [
     "Accumulator", "Animator", "Benchmark", "DeviceLoader", "LAMB", "Timer", "TrainResult",
     "Residual",
     "accuracy", "block_device", "device_time", "split_time", "time_per_call",
-    "cpu", "evaluate_accuracy_gpu", "get_dataloader_workers", "gpu",
+    "Training", "cpu", "evaluate_accuracy_gpu", "get_dataloader_workers", "gpu",
     "label", "load_data_fashion_mnist", "measure", "message", "num_gpus", "resnet18", "sgd",
-    "split_batch", "synchronize", "Timing", "train", "try_all_devices", "try_all_gpus",
+    "split_batch", "synchronize", "Timing", "train", "paired_verdict",
+    "false_alarm", "try_all_devices", "try_all_gpus",
     "try_gpu",
 ]
 
@@ -324,6 +327,7 @@ class _Config:
     momentum: float = 0.0
     weight_decay: float = 0.0
     drop_last: bool | None = None  # None: drop the last partial batch only under compile
+    capture_step: bool = False  # the whole step in one CUDA graph (GPU only)
 
     @property
     def drops_last(self) -> bool:
@@ -339,6 +343,12 @@ class _Config:
         """Whether the compiled model replays CUDA graphs (``compile="reduce-overhead"``
         on a GPU), so that each step must be marked (``cudagraph_mark_step_begin``)."""
         return self.compile == "reduce-overhead" and device.type == "cuda"
+
+    def captures_step(self, device: torch.device) -> bool:
+        """Whether the whole training step is replayed as one CUDA graph: asked for, and a
+        GPU (on a CPU: a warning, and the step runs as it is)."""
+        return self.capture_step and tuning.cuda_only(
+            "capture_step=True", device, "runs the step without a CUDA graph")
 
     def syncs_batchnorm(self, device: torch.device, world_size: int) -> bool:
         """Whether BatchNorm is converted to SyncBatchNorm: asked for, several ranks, and a
@@ -463,6 +473,188 @@ def _optimizer(model: nn.Module, cfg: _Config) -> torch.optim.Optimizer:
                            weight_decay=cfg.weight_decay, fused=cfg.fused or None)
 
 
+class Training:
+    """One rank's training, built from :func:`train`'s switches: the network on its device in
+    its memory format (wrapped in DDP for several ranks, compiled if asked), the optimizer,
+    the learning-rate schedule, the gradient scaler, the loaders, and the training step.
+
+    :func:`train` runs it epoch by epoch. The speed ladder (:mod:`d2l_ext.ladder`) drives it
+    a few steps at a time, so that it times exactly the step that ``train`` runs. Build and
+    run it inside :meth:`flags` (``cudnn.benchmark`` and TF32 are process-wide settings).
+    """
+
+    def __init__(self, net: nn.Module, device: torch.device, cfg: _Config, rank: int = 0,
+                 world_size: int = 1) -> None:
+        torch.manual_seed(cfg.seed)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        if cfg.syncs_batchnorm(device, world_size):
+            net = nn.SyncBatchNorm.convert_sync_batchnorm(net)
+        self.cfg, self.device, self.rank, self.world_size = cfg, device, rank, world_size
+        self.memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
+        self.net = net.to(device, memory_format=self.memory_format)
+        model = (nn.parallel.DistributedDataParallel(self.net, device_ids=ddp_device_ids(device))
+                 if world_size > 1 else self.net)
+        self.model = tuning.compile_model(model, cfg.compile, device)
+        self.cuda_graphs = cfg.cuda_graphs(device)
+        self.train_iter, self.test_iter = _loaders(rank, world_size, device, cfg,
+                                                   self.memory_format)
+        self.num_batches = len(self.train_iter)
+        if self.num_batches == 0:
+            raise ValueError(f"no full batch of {cfg.batch_size} among the training examples "
+                             "with drop_last=True: use more examples (num_train) or a smaller "
+                             "batch.")
+        self.optimizer = _optimizer(self.model, cfg)
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, tuning.lr_lambda(
+            cfg.schedule, round(cfg.warmup_epochs * self.num_batches),
+            cfg.num_epochs * self.num_batches))
+        self.scaler = tuning.grad_scaler(device, cfg.amp)
+        self.loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+        # loss and correct predictions summed on the device: no host-device sync per step
+        self.metric = torch.zeros(2, dtype=torch.float64, device=device)
+        self.seen = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.captures_step = cfg.captures_step(device)
+
+    def flags(self):
+        """The block in which this training's ``cudnn.benchmark`` and TF32 settings hold."""
+        return tuning.backend_flags(self.device, self.cfg.cudnn_benchmark, self.cfg.tf32)
+
+    def start_epoch(self, epoch: int) -> None:
+        """Reshuffle for ``epoch`` (the same order on every rank) and reset the metric."""
+        if self.world_size > 1 or self.cfg.data_on_device:
+            loader = self.train_iter if self.cfg.data_on_device else self.train_iter.sampler
+            loader.set_epoch(epoch)
+        self.metric.zero_()
+        self.seen = 0
+        self.model.train()
+
+    def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """One epoch of training batches on the device, in the model's memory format."""
+        for X, y in self.train_iter:
+            yield (X.to(self.device, non_blocking=True, memory_format=self.memory_format),
+                   y.to(self.device, non_blocking=True))
+
+    def step(self, X: torch.Tensor, y: torch.Tensor) -> None:
+        """One training step: forward, backward, update, schedule, metric (no sync)."""
+        if self.captures_step:
+            self._replay(X, y)
+        else:
+            if self.cuda_graphs:  # the graph's outputs of the last step may now be overwritten
+                torch.compiler.cudagraph_mark_step_begin()
+            self._update(X, y)
+        self.schedule.step()
+        self.seen += y.numel()
+
+    def _update(self, X: torch.Tensor, y: torch.Tensor, zero_grad: bool = True) -> None:
+        with tuning.autocast(self.device, self.cfg.amp):
+            y_hat = self.model(X)
+            loss = self.loss_fn(y_hat, y)
+        if zero_grad:
+            self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()  # fp16: scaled so that small gradients survive
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        with torch.no_grad():
+            self.metric += torch.stack([loss.double() * y.numel(),
+                                        (y_hat.argmax(1) == y).sum().double()])
+
+    def _replay(self, X: torch.Tensor, y: torch.Tensor) -> None:
+        """The step as one CUDA graph (PyTorch's "whole-network capture"): the first call
+        runs three steps on a side stream (lazy initialisation: libraries' handles, the
+        optimizer's state, compilation), puts the weights, buffers and momentum back as they
+        were, and records the step into a graph with static input tensors; every call copies
+        its batch into them and replays the graph."""
+        if self.graph is None:
+            self._static = (X.clone(), y.clone())
+            saved = {k: v.clone() for k, v in self.net.state_dict().items()}
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    self._update(*self._static)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            with torch.no_grad():  # copies in place: the graph keeps these tensors' addresses
+                self.net.load_state_dict(saved)
+                for state in self.optimizer.state.values():
+                    for value in state.values():
+                        if torch.is_tensor(value) and value.is_floating_point():
+                            value.zero_()  # a zero momentum buffer acts as none (no dampening)
+                self.metric.zero_()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self._update(*self._static, zero_grad=False)  # backward writes fresh gradients
+        self._static[0].copy_(X, non_blocking=True)
+        self._static[1].copy_(y, non_blocking=True)
+        self.graph.replay()
+
+    def test_counts(self) -> list[float]:
+        """Correct predictions and examples on this rank's slice of the test set, by the
+        plain network (not the DDP wrapper: ranks may see different numbers of batches)."""
+        self.net.eval()
+        hits = Accumulator(2)
+        with torch.no_grad():
+            for X, y in self.test_iter:
+                X = X.to(self.device, memory_format=self.memory_format)
+                y = y.to(self.device)
+                hits.add(accuracy(self.net(X), y), y.numel())
+        return [hits[0], hits[1]]
+
+
+def _config(batch_size: int, lr: float, *, num_epochs: int = 10, warmup_epochs: float = 1.0,
+            num_train: int | None = None, num_test: int | None = None, num_workers: int = 0,
+            root: str | os.PathLike | None = None, sync_bn: bool = False, seed: int = 0,
+            timeout: float = 300.0, pin_memory: bool | None = None,
+            persistent_workers: bool = True, data_on_device: bool = False,
+            channels_last: bool = False, amp: str | None = None, compile: str | None = None,
+            fused: bool = False, cudnn_benchmark: bool = False, tf32: bool = False,
+            schedule: str = "constant", label_smoothing: float = 0.0, optimizer: str = "sgd",
+            momentum: float = 0.0, weight_decay: float = 0.0, drop_last: bool | None = None,
+            capture_step: bool = False, ranks: int = 1) -> _Config:
+    """:func:`train`'s switches, checked, as one object (the defaults are :func:`train`'s;
+    a test keeps them equal). ``ranks``: the processes the batch is split over."""
+    check_train_args(batch_size=batch_size, lr=lr, num_epochs=num_epochs,
+                     warmup_epochs=warmup_epochs, num_train=num_train, num_test=num_test,
+                     label_smoothing=label_smoothing, num_workers=num_workers)
+    if batch_size < ranks:
+        raise ValueError(f"batch_size {batch_size} is smaller than the {ranks} ranks.")
+    if batch_size % ranks:
+        raise ValueError(f"batch_size {batch_size} is not a multiple of the {ranks} ranks "
+                         "(one per device, or torchrun's WORLD_SIZE); each rank loads "
+                         f"batch_size // ranks examples a step, so use e.g. "
+                         f"{batch_size - batch_size % ranks}.")
+    tuning.check_options(amp, compile, schedule)
+    if optimizer not in ("sgd", "lamb"):
+        raise ValueError(f"optimizer={optimizer!r} is not one of 'sgd', 'lamb'.")
+    if optimizer == "lamb" and (fused or momentum):
+        raise ValueError("fused and momentum are options of optimizer='sgd'; LAMB keeps its own "
+                         "moments and has no fused kernel here.")
+    if capture_step:
+        _check_capture(amp, compile, schedule, warmup_epochs, ranks)
+    return _Config(batch_size, lr, num_epochs, warmup_epochs, num_train, num_test, num_workers,
+                   None if root is None else str(root), sync_bn, seed, timeout,
+                   pin_memory, persistent_workers, data_on_device, channels_last, amp, compile,
+                   fused, cudnn_benchmark, tf32, schedule, label_smoothing, optimizer, momentum,
+                   weight_decay, drop_last, capture_step)
+
+
+def _check_capture(amp: str | None, compile: str | None, schedule: str, warmup_epochs: float,
+                   ranks: int) -> None:
+    """Refuse, with what to do, the switches a step recorded as one CUDA graph cannot keep."""
+    if amp == "fp16":
+        raise ValueError("capture_step=True cannot keep fp16's gradient scaler, which reads a "
+                         "value on the host every step: use amp='bf16' (no scaler) or None.")
+    if compile == "reduce-overhead":
+        raise ValueError("capture_step=True records the whole step as a CUDA graph itself; "
+                         "use compile='default' (its kernels are recorded) or None.")
+    if schedule != "constant" or warmup_epochs:
+        raise ValueError("capture_step=True replays the step with the learning rate it was "
+                         "recorded with: use schedule='constant' and warmup_epochs=0.")
+    if ranks > 1:
+        raise ValueError("capture_step=True records one device's step: train on one device.")
+
+
 def _train_rank(rank: int, world_size: int, net: nn.Module, device: torch.device,
                 cfg: _Config, report) -> nn.Module:
     """Train on one device; with ``world_size > 1`` as one rank of a DDP group."""
@@ -472,76 +664,30 @@ def _train_rank(rank: int, world_size: int, net: nn.Module, device: torch.device
 
 def _train_loop(rank: int, world_size: int, net: nn.Module, device: torch.device,
                 cfg: _Config, report) -> nn.Module:
-    torch.manual_seed(cfg.seed)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    if cfg.syncs_batchnorm(device, world_size):
-        net = nn.SyncBatchNorm.convert_sync_batchnorm(net)
-    memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
-    net = net.to(device, memory_format=memory_format)
-    model = (nn.parallel.DistributedDataParallel(net, device_ids=ddp_device_ids(device))
-             if world_size > 1 else net)
-    model = tuning.compile_model(model, cfg.compile, device)
-    cuda_graphs = cfg.cuda_graphs(device)
-    train_iter, test_iter = _loaders(rank, world_size, device, cfg, memory_format)
-    num_batches = len(train_iter)
-    if num_batches == 0:
-        raise ValueError(f"no full batch of {cfg.batch_size} among the training examples with "
-                         "drop_last=True: use more examples (num_train) or a smaller batch.")
-    optimizer = _optimizer(model, cfg)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, tuning.lr_lambda(
-        cfg.schedule, round(cfg.warmup_epochs * num_batches), cfg.num_epochs * num_batches))
-    scaler = tuning.grad_scaler(device, cfg.amp)
-    loss_fn = nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    run = Training(net, device, cfg, rank, world_size)
     for epoch in range(cfg.num_epochs):
-        if world_size > 1 or cfg.data_on_device:
-            (train_iter if cfg.data_on_device else train_iter.sampler).set_epoch(epoch)
+        run.start_epoch(epoch)
         if world_size > 1:
             dist.barrier()
         synchronize(device)
         timer = Timer()
-        model.train()
-        # loss and correct predictions summed on the device: no host-device sync per step
-        metric = torch.zeros(2, dtype=torch.float64, device=device)
-        seen = 0
-        for i, (X, y) in enumerate(train_iter):
-            X = X.to(device, non_blocking=True, memory_format=memory_format)
-            y = y.to(device, non_blocking=True)
-            if cuda_graphs:  # the graph's outputs of the last step may now be overwritten
-                torch.compiler.cudagraph_mark_step_begin()
-            with tuning.autocast(device, cfg.amp):
-                y_hat = model(X)
-                loss = loss_fn(y_hat, y)
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()  # fp16: scaled so that small gradients survive
-            scaler.step(optimizer)
-            scaler.update()
-            schedule.step()
-            with torch.no_grad():
-                metric += torch.stack([loss.double() * y.numel(),
-                                       (y_hat.argmax(1) == y).sum().double()])
-            seen += y.numel()
-            if (i + 1) % max(1, num_batches // 5) == 0 and i + 1 < num_batches and rank == 0:
-                m = metric.tolist()  # a host-device sync, five times an epoch
-                report("batch", epoch + (i + 1) / num_batches, m[0] / seen, m[1] / seen)
+        for i, (X, y) in enumerate(run.batches()):
+            run.step(X, y)
+            if ((i + 1) % max(1, run.num_batches // 5) == 0 and i + 1 < run.num_batches
+                    and rank == 0):
+                m = run.metric.tolist()  # a host-device sync, five times an epoch
+                report("batch", epoch + (i + 1) / run.num_batches, m[0] / run.seen,
+                       m[1] / run.seen)
         synchronize(device)
         if world_size > 1:
             dist.barrier()
         seconds = timer.stop()
-        loss_sum, correct, n = _all_sum(metric.tolist() + [seen], device, world_size)
-        # evaluate_accuracy_gpu on this rank's slice, then sum over ranks. The plain net,
-        # not the DDP wrapper: ranks may see different numbers of test batches.
-        net.eval()
-        hits = Accumulator(2)
-        with torch.no_grad():
-            for X, y in test_iter:
-                X, y = X.to(device, memory_format=memory_format), y.to(device)
-                hits.add(accuracy(net(X), y), y.numel())
-        test_correct, test_n = _all_sum([hits[0], hits[1]], device, world_size)
+        loss_sum, correct, n = _all_sum(run.metric.tolist() + [run.seen], device, world_size)
+        test_correct, test_n = _all_sum(run.test_counts(), device, world_size)
         if rank == 0:
             report("epoch", epoch + 1, loss_sum / n, correct / n, test_correct / test_n,
                    seconds, n / seconds)
-    return net
+    return run.net
 
 
 def _spawned_rank(rank: int, world_size: int, net_bytes: bytes, devices: list[torch.device],
@@ -612,7 +758,8 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
           cudnn_benchmark: bool = False, tf32: bool = False,
           schedule: str = "constant", label_smoothing: float = 0.0,
           optimizer: str = "sgd", momentum: float = 0.0,
-          weight_decay: float = 0.0, drop_last: bool | None = None) -> TrainResult:
+          weight_decay: float = 0.0, drop_last: bool | None = None,
+          capture_step: bool = False) -> TrainResult:
     """Train ``net`` on Fashion-MNIST with SGD on one device or several.
 
     ``batch_size`` is the global minibatch: with ``k`` devices each device
@@ -639,6 +786,10 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
       ``torch.compile``; the first epoch then includes the compilation. ``drop_last``
       (default: ``True`` under ``compile``, else ``False``) leaves out the last partial
       training batch, so that the compiled graph keeps one static batch shape;
+    * ``capture_step=True`` (GPU): the whole step (forward, backward, update, metric)
+      recorded once as a CUDA graph and replayed (:class:`Training`); with a constant rate
+      (``schedule="constant"``, ``warmup_epochs=0``), no fp16 gradient scaler, one device;
+      with ``compile="default"`` the compiled kernels are recorded;
     * ``fused=True``: the fused SGD kernel (with ``amp="fp16"`` it also spares the gradient
       scaler's host-device synchronisation); ``cudnn_benchmark``; ``tf32`` matmuls (both
       process-wide settings, restored when ``train`` returns);
@@ -666,30 +817,18 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
     notebook the curves are drawn live.
     """
     devices = as_devices(devices)
-    check_train_args(batch_size=batch_size, lr=lr, num_epochs=num_epochs,
-                     warmup_epochs=warmup_epochs, num_train=num_train, num_test=num_test,
-                     label_smoothing=label_smoothing, num_workers=num_workers)
     torchrun = _launched_by_torchrun()
     check_rank_devices(devices, torchrun)
     ranks = int(os.environ["WORLD_SIZE"]) if torchrun else len(devices)
-    if batch_size < ranks:
-        raise ValueError(f"batch_size {batch_size} is smaller than the {ranks} ranks.")
-    if batch_size % ranks:
-        raise ValueError(f"batch_size {batch_size} is not a multiple of the {ranks} ranks "
-                         "(one per device, or torchrun's WORLD_SIZE); each rank loads "
-                         f"batch_size // ranks examples a step, so use e.g. "
-                         f"{batch_size - batch_size % ranks}.")
-    tuning.check_options(amp, compile, schedule)
-    if optimizer not in ("sgd", "lamb"):
-        raise ValueError(f"optimizer={optimizer!r} is not one of 'sgd', 'lamb'.")
-    if optimizer == "lamb" and (fused or momentum):
-        raise ValueError("fused and momentum are options of optimizer='sgd'; LAMB keeps its own "
-                         "moments and has no fused kernel here.")
-    cfg = _Config(batch_size, lr, num_epochs, warmup_epochs, num_train, num_test, num_workers,
-                  None if root is None else str(root), sync_bn, seed, timeout,
-                  pin_memory, persistent_workers, data_on_device, channels_last, amp, compile,
-                  fused, cudnn_benchmark, tf32, schedule, label_smoothing, optimizer, momentum,
-                  weight_decay, drop_last)
+    cfg = _config(batch_size, lr, num_epochs=num_epochs, warmup_epochs=warmup_epochs,
+                  num_train=num_train, num_test=num_test, num_workers=num_workers, root=root,
+                  sync_bn=sync_bn, seed=seed, timeout=timeout, pin_memory=pin_memory,
+                  persistent_workers=persistent_workers, data_on_device=data_on_device,
+                  channels_last=channels_last, amp=amp, compile=compile, fused=fused,
+                  cudnn_benchmark=cudnn_benchmark, tf32=tf32, schedule=schedule,
+                  label_smoothing=label_smoothing, optimizer=optimizer, momentum=momentum,
+                  weight_decay=weight_decay, drop_last=drop_last, capture_step=capture_step,
+                  ranks=ranks)
     progress = TrainProgress(TrainResult([str(d) for d in devices], batch_size, lr),
                              num_epochs, verbose)
 

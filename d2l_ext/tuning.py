@@ -166,7 +166,7 @@ def compile_model(model: nn.Module, mode: str | None, device: torch.device) -> n
     if mode == "reduce-overhead" and not cuda_only(
             'compile="reduce-overhead"', device, 'compiles as compile="default"'):
         mode = "default"
-    return torch.compile(model, mode=mode)
+    return torch.compile(model, mode=mode, dynamic=False)  # static shapes: never a symbolic batch
 
 
 def new_tf32_api() -> bool:

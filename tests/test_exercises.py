@@ -172,87 +172,97 @@ def test_tuning_versus_follows_the_ranges():
     assert versus(name, fast, "b", slow).zh.startswith("“+ 混合精度，融合”每一次都比“b”快")
 
 
-def tuning_summary(results, lang, device_type="cpu"):
-    """The torch ladder's summary cell run on made-up results: its names after the run."""
-    from d2l_ext import ladder
+def ladder_cell(marker, lang, **names):
+    """A torch cell of the speed ladder (the one holding ``marker``) run on made-up names."""
+    from d2l_ext.utils import Timing
 
-    names = {"d2l": D2L}
-    exec(check_cell("tuning-tips", "def versus("), names)
-    cell = check_cell("tuning-tips", "The algorithmic rung reached", "torch")
-    lines = cell.splitlines()
-    names |= {"results": results, "target": 0.7, "ladder": ladder, "num_epochs": 4,
-              "device": SimpleNamespace(type=device_type)}
+    d2l = SimpleNamespace(message=message, Timing=Timing)
+    names = {"d2l": d2l, "statistics": __import__("statistics"), **names}
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("D2L_LANG", lang)
         with contextlib.redirect_stdout(out):
-            exec("\n".join(lines), names)
+            exec(check_cell("tuning-tips", marker, "torch"), names)
     return out.getvalue(), names
 
 
-def made_up_ladder(accs_of_algorithmic, accs=(0.3, 0.5, 0.6, 0.71), verdict="faster"):
-    from d2l_ext import ladder
+def made_up_ladder(device_type="cpu"):
+    """Four measured rungs and a failed one, with splits for a GPU (a host-bound rung, one
+    that waits) and verdicts from per-round ratios."""
+    from d2l_ext import ladder, timing
     from d2l_ext.i18n import Text
+    from d2l_ext.utils import Timing
 
-    def result(en, kind, seconds, accs, verdict=""):
-        return ladder.RungResult(Text(en, en + "（中）"), kind, {"batch_size": 8},
-                                 [9.0] + [seconds] * 3, list(accs), 96, 1.0, 1.0, verdict)
+    def split(device_ms, host_ms, syncs=False):
+        t = Timing((device_ms / 1e3,))
+        return timing.SplitTime(t, Timing((host_ms / 1e3,)), t, on_cpu=device_type == "cpu",
+                                syncs=syncs)
 
-    return [result("d2l's loop", "reference", 2.0, accs),
-            result("+ channels_last", "systems", 1.0, accs, verdict),
-            result("+ batch 1024", "algorithmic", 0.5, accs_of_algorithmic),
-            result("check", "check", 1.0, accs)]
+    def result(en, kind, seconds, verdict="", split_=None, options=None, error=""):
+        r = ladder.RungResult(Text(en, en + "（中）"), kind, options or {"batch_size": 8}, 10,
+                              1e6, 1e9, step_seconds=list(seconds), verdict=verdict,
+                              split=split_, error=error, one_off=2.5)
+        return r
 
-
-@pytest.mark.parametrize("lang", ["en", "zh"])
-@pytest.mark.parametrize("reached", [True, False])
-def test_tuning_summary_says_whether_the_target_was_reached(lang, reached):
-    """The ladder's summary cell on made-up results: the algorithmic rung reaches the target
-    accuracy (or not), and the sentences say so in the reader's language."""
-    pytest.importorskip("torch")
-    accs = [0.3, 0.5, 0.72, 0.8] if reached else [0.3, 0.5, 0.6, 0.65]
-    out, _ = tuning_summary(made_up_ladder(accs), lang)
-    if lang == "en":
-        assert ("The algorithmic rung reached the target accuracy of 0.7 after 10.0 s"
-                in out) is reached  # 9 + 0.5 + 0.5 s: the first epoch counts too
-        assert ("the algorithmic rung did not (its best: 0.650)" in out) is not reached
-        assert "not started to learn" not in out
-    else:
-        assert ("算法类台阶训练 10.0 秒后达到了目标准确率 0.7" in out) is reached
-        assert ("算法类台阶没有达到（最高只到 0.650）" in out) is not reached
-
-
-@pytest.mark.parametrize("lang", ["en", "zh"])
-def test_tuning_summary_says_when_the_network_has_not_learned(lang):
-    """At chance accuracy (ten classes: 0.1) the race to the target means nothing, and the
-    page says so instead of comparing times to a target nobody reached."""
-    pytest.importorskip("torch")
-    guessing = [0.09, 0.1, 0.11, 0.1]
-    out, names = tuning_summary(made_up_ladder(guessing, guessing), lang)
-    if lang == "en":
-        assert "has not started to learn" in out and "above 0.110" in out
-        assert "did not (its best" not in out
-    else:
-        assert "网络还没有开始学习" in out and "超过 0.110" in out
-    assert "0.5" not in names["race_says"].en  # no target race, no made-up best
+    return [result("d2l's loop", "reference", [0.020, 0.022, 0.024], split_=split(5, 15, True)),
+            result("+ data on the device", "systems", [0.010, 0.011, 0.013], ladder.FASTER,
+                   split(5, 8)),
+            result("+ channels_last", "systems", [0.011, 0.010, 0.014], ladder.NO_GAIN,
+                   split(6, 5)),
+            result("+ broken", "systems", [], ladder.FAILED, error="boom"),
+            result("+ torch.compile", "systems", [0.008, 0.009, 0.012], ladder.FASTER,
+                   split(4, 3), options={"batch_size": 8, "compile": "default"})]
 
 
 @pytest.mark.parametrize("device_type", ["cpu", "cuda"])
-def test_tuning_summary_groups_the_verdicts_and_reads_the_mfu(device_type):
-    """Only the verdicts that occur are listed (the first systems rung's "slower, kept as
-    the base" among them); the MFU range is the table's; a GPU run is not called a CPU."""
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_ladder_summary_follows_the_rounds(device_type, lang):
+    """The summary cell on made-up rungs: the verdicts grouped, the top's speed-up paired by
+    round, the drift of the first systems rung, which rungs were host-bound (GPU only), the
+    one-off costs of compiled rungs, the failed rung named."""
     pytest.importorskip("torch")
+    from types import SimpleNamespace
+
     from d2l_ext import ladder
 
-    results = made_up_ladder([0.3, 0.5, 0.72, 0.8], verdict=ladder.BASE_SLOWER)
-    _, names = tuning_summary(results, "en", device_type)
+    results = made_up_ladder(device_type)
+    _, names = ladder_cell("verdicts_says = d2l.message(", lang, results=results, ladder=ladder,
+                           device=SimpleNamespace(type=device_type))
+    assert names["top"].name.en == "+ torch.compile" and names["first"].name.en == "d2l's loop"
+    assert names["speedup_ladder"].median == pytest.approx(0.022 / 0.009)
+    assert names["drift"] == pytest.approx(0.013 / 0.010 - 1)  # "+ data on the device"
     says = names["verdicts_says"]
-    assert says.en == "Slower than d2l's loop, but kept as the base of the rungs above: " \
-                      "+ channels_last."
-    assert says.zh == "比 d2l 的循环慢、但作为上面各级的基础而保留的：+ channels_last（中）。"
-    mfus = [r.mfu for r in results]
-    assert f"{min(mfus):.0%} to {max(mfus):.0%}" in names["ladder_says"].en
-    assert ("On a CPU" in names["ladder_says"].en) is (device_type == "cpu")
+    assert "“+ data on the device”; “+ torch.compile”" in says.en and "No clear gain" in says.en
+    assert "“+ channels_last（中）”" in says.zh
+    bound = names["bound_says"]
+    if device_type == "cpu":
+        assert "On a CPU the host does the arithmetic itself" in bound.en
+    else:
+        assert "“d2l's loop”" in bound.en.split("Steps that wait")[1]  # the one that waits
+        assert "“+ data on the device”" in bound.en.split("Steps that wait")[0]  # host-bound
+        assert "channels_last" not in bound.en.split("Steps that wait")[0]
+    assert "+ torch.compile 2.5 s" in names["one_off_says"].en
+    assert "+ broken" in names["failed_says"].en
+    assert "did not move" in names["window_says"].en
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_race_to_the_target_says_who_reached_it(lang):
+    pytest.importorskip("torch")
+    from d2l_ext import ladder
+    from d2l_ext.i18n import Text
+
+    def run(name, seed, reached, steady):
+        return ladder.TargetRun(Text(name, name + "（中）"), seed, reached, 0.9 if reached else
+                                0.6, 2.0, steady, 1.5)
+
+    runs = [run("d2l's loop", 0, True, 30.0), run("d2l's loop", 1, True, 34.0),
+            run("top", 0, True, 6.0), run("top", 1, False, 9.0)]
+    _, names = ladder_cell("def reached(name_en):", lang, target_runs=runs, target=0.9)
+    says = names["race_says"]
+    assert "d2l's loop: 32.0 s of training (median), plus 1.5 s one-off" in says.en
+    assert "top: not every run reached 0.9 (best 0.900)" in says.en
+    assert "训练 32.0 秒（中位数）" in says.zh
 
 
 def cost_model_verdict(step_medians, probe, spread=1.1, spreads=None, probe_spread=None,
@@ -468,12 +478,26 @@ def test_tuning_key_figures_line_up_with_the_books_gpu_run(device_type):
              "channels_last_speedup": 1.5, "bandwidth": 3e12, "fusion_speedup": 4.0,
              "compiled_ratio": 1.0, "fused_speedup": 6.0,
              "speedup": {"fp32": 1.0, "bf16": 1.1} | ({"fp16": 1.3} if on_gpu else {})}
+    ladder_results = made_up_ladder(device_type)  # the ladder's figures are kept too
+    from d2l_ext import ladder
+    from d2l_ext.i18n import Text
+
+    top = ladder_results[-1]
+    names |= {"first": ladder_results[0], "top": top, "measured": ladder_results,
+              "speedup_ladder": Timing((2.4, 2.2, 2.6)), "target": 0.9,
+              "statistics": __import__("statistics"),
+              "target_runs": [ladder.TargetRun(Text(top.name.en, top.name.zh), s, True, 0.91,
+                                               3.0, 10.0 + s, 4.0) for s in (0, 1)]}
     with contextlib.redirect_stdout(io.StringIO()):
         for marker in ("datasheet_rows = [", "growth_pair = alike(", "parts_en, parts_zh = "):
             exec(check_cell("tuning-tips", marker, "torch"), names)
     record = gpu_runs.load("tuning-tips")
     kept_labels = {f.en for f in record.figures}
     assert shown["on_gpu"] is on_gpu
+    assert {"ladder: top of the systems stack (ms per step)",
+            "time to it, top of the stack (training s, median of seeds)"} <= set(shown["labels"])
+    assert ("ladder: rungs whose host took longer than their device" in shown["labels"]) \
+        is on_gpu
     if on_gpu:
         assert kept_labels <= set(shown["labels"])
         assert names["gpu_mfu_says"].en.startswith("This run measured it on its own GPU (H100 SXM")

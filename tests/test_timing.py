@@ -190,8 +190,8 @@ def test_the_blocker_lasts_as_long_as_asked(gpu):
 
 def test_arguments_that_break_a_rule_are_refused(gpu):
     f = kernel(gpu, host_us=1, device_us=1)
-    with pytest.raises(ValueError, match="calls must be at least 100"):
-        timing.device_time(f, CUDA0, calls=10)
+    with pytest.raises(ValueError, match="calls must be at least 1"):
+        timing.device_time(f, CUDA0, calls=0)
     with pytest.raises(ValueError, match="warmup must be at least 1"):
         timing.time_per_call(f, CUDA0, warmup=0)
     with pytest.raises(ValueError, match="repeats must be at least 1"):
@@ -219,3 +219,25 @@ def test_timing_says_for_itself_whether_it_was_disturbed():
     assert noisy.disturbed and noisy.typical == noisy.min
     with pytest.raises(ValueError, match="repetitions"):
         Timing((1.0,), repetitions=0)
+
+
+def test_a_call_that_waits_for_the_device_is_found_and_not_escalated(gpu):
+    """A step with a synchronisation in it: the host cannot issue it behind a blocker. The
+    split says so, its events span the device's waits, and the blockers stay short."""
+    def f():
+        gpu.issue(10e-6, 2e-3)
+        gpu.synchronize(CUDA0)  # e.g. a .item() in the step
+
+    split = timing.split_time(f, CUDA0, calls=2, repeats=3)
+    assert split.syncs and split.bound == "sync"
+    assert split.device.median == pytest.approx(2e-3 + 10e-6, rel=0.01)
+    assert gpu.host < 5.0  # no blocker grew to seconds
+
+
+def test_calls_none_chooses_a_window_of_at_least_ten_milliseconds(gpu):
+    """A 4 ms step: 3 calls between the events; a 5 us operation: the 100-call cap."""
+    step = timing.split_time(kernel(gpu, host_us=500, device_us=4000), CUDA0, calls=None)
+    assert step.device.repetitions == 3 and not step.syncs
+    assert step.device.median == pytest.approx(4e-3, rel=1e-6)
+    tiny = timing.split_time(kernel(gpu, host_us=2, device_us=5), CUDA0, calls=None)
+    assert tiny.device.repetitions == timing.MIN_CALLS

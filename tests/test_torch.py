@@ -550,3 +550,25 @@ def test_every_timed_epoch_starts_and_ends_with_a_barrier(fmnist_dir, monkeypatc
     d2l.train(linear_torch_net(), [d2l.cpu()], 32, 0.1, 2, num_train=64, num_test=32,
               verbose=False)
     assert events == ["barrier", "start", "barrier", "stop"] * 2
+
+
+def test_train_defaults_are_pinned_and_its_config_shares_them():
+    """d2l.train's defaults are the book's documented behaviour (d2l's loop, plus a one-epoch
+    warm-up): changing one must fail here; the switches' object (_config, which the speed
+    ladder builds its rungs with) has the same defaults."""
+    import inspect
+
+    defaults = {k: p.default for k, p in inspect.signature(d2l.train).parameters.items()
+                if p.default is not p.empty}
+    assert defaults == {
+        "num_epochs": 10, "warmup_epochs": 1.0, "num_train": None, "num_test": None,
+        "num_workers": 0, "root": None, "sync_bn": False, "seed": 0, "timeout": 300.0,
+        "verbose": True, "pin_memory": None, "persistent_workers": True,
+        "data_on_device": False, "channels_last": False, "amp": None, "compile": None,
+        "fused": False, "cudnn_benchmark": False, "tf32": False, "schedule": "constant",
+        "label_smoothing": 0.0, "optimizer": "sgd", "momentum": 0.0, "weight_decay": 0.0,
+        "drop_last": None, "capture_step": False}
+    config = {k: p.default for k, p in inspect.signature(d2l._config).parameters.items()
+              if p.default is not p.empty}
+    assert {k: v for k, v in defaults.items() if k != "verbose"} == {
+        k: v for k, v in config.items() if k != "ranks"}

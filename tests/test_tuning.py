@@ -231,12 +231,13 @@ def test_tf32_keeps_the_old_and_the_new_switches_consistent(monkeypatch):
 
 def test_reduce_overhead_on_cpu_warns_and_compiles_default(monkeypatch):
     modes = []
-    monkeypatch.setattr(torch, "compile", lambda model, mode: modes.append(mode) or model)
+    monkeypatch.setattr(torch, "compile",
+                        lambda model, mode, dynamic: modes.append((mode, dynamic)) or model)
     net = nn.Linear(2, 2)
     with pytest.warns(UserWarning, match="CUDA GPU; on cpu it compiles as compile=\"default\""):
         assert tuning.compile_model(net, "reduce-overhead", CPU) is net
     assert tuning.compile_model(net, None, CPU) is net
-    assert modes == ["default"]
+    assert modes == [("default", False)]  # static shapes: never a symbolic batch
 
 
 def test_grad_scaler_only_for_fp16():
