@@ -634,6 +634,12 @@ class Runner:
         self.epoch += 1
         return done
 
+    def train_accuracy(self) -> float:
+        """The share of correct training predictions in the epoch in progress, as the steps
+        made them (NaN where the loop does not count them: d2l's)."""
+        metric, seen = getattr(self.run, "metric", None), getattr(self.run, "seen", 0)
+        return float(metric[1]) / seen if metric is not None and seen else float("nan")
+
     def accuracy(self) -> float:
         """The test accuracy now; training goes on in training mode afterwards."""
         correct, total = self.run.test_counts()
@@ -911,6 +917,10 @@ class TargetRun:
     epochs: float  # epochs trained when it was read
     steady: float  # training seconds at the steady rate (warm-up steps counted at that rate)
     one_off: float  # the warm-up's seconds beyond that
+    steps: int = 0  # training steps taken
+    #: the accuracy of the training predictions, as the steps made them (BatchNorm in training
+    #: mode), over the epoch in progress; NaN for d2l's loop, which does not count them
+    train_accuracy: float = float("nan")
 
 
 def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.device,
@@ -947,7 +957,8 @@ def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.d
             per_step = timed / timed_steps
             one = TargetRun(rung.title, seed, acc >= target, acc, done / runner.steps_per_epoch,
                             timed + warm_steps * per_step,
-                            max(0.0, warm_seconds - warm_steps * per_step))
+                            max(0.0, warm_seconds - warm_steps * per_step), done,
+                            runner.train_accuracy())
             runner._batches = None
             out.append(one)
             if verbose:
@@ -1113,11 +1124,14 @@ def target_table(runs: Sequence[TargetRun], target: float) -> str:
     return text_table(
         [message(en="rung", zh="台阶"), message(en="seed", zh="种子"),
          message(en=f"reached {target}", zh=f"达到 {target}"),
-         message(en="test acc", zh="测试准确率"), message(en="epochs", zh="轮数"),
+         message(en="test acc", zh="测试准确率"),
+         message(en="train acc", zh="训练准确率"), message(en="steps", zh="步数"),
+         message(en="epochs", zh="轮数"),
          message(en="training s", zh="训练秒数"), message(en="one-off s", zh="一次性秒数")],
         [[r.name, r.seed, message(en="yes", zh="是") if r.reached else message(en="no", zh="否"),
-          r.accuracy, r.epochs, r.steady, r.one_off] for r in runs],
-        ["", "d", "", ".3f", ".2f", ".1f", ".1f"], left=1)
+          r.accuracy, _Blank() if r.train_accuracy != r.train_accuracy else r.train_accuracy,
+          r.steps, r.epochs, r.steady, r.one_off] for r in runs],
+        ["", "d", "", ".3f", ".3f", ",d", ".2f", ".1f", ".1f"], left=1)
 
 
 #: The bar colour of each kind of rung.

@@ -156,6 +156,9 @@ class FakeRunner:
     def accuracy(self):
         return self.spec.get("acc", [0.5])[min(self.rounds, len(self.spec.get("acc", [0.5])) - 1)]
 
+    def train_accuracy(self):
+        return self.spec.get("train_acc", float("nan"))
+
 
 CLOCK = Clock()
 
@@ -334,7 +337,7 @@ def test_time_to_target_counts_training_only_and_keeps_the_one_off_apart(monkeyp
     rung = ladder.Rung("r", "systems", dict(step=0.01, batch_size=8))
     [run] = ladder.time_to_target([rung], [0], CPU, 0.9, seeds=(3,), max_epochs=10,
                                   verbose=False)
-    assert run.reached and run.accuracy == 0.91 and run.seed == 3
+    assert run.reached and run.accuracy == 0.91 and run.seed == 3 and run.steps == 9
     assert run.epochs == pytest.approx((3 + 3 * 2) / 8)  # warm-up + three quarter-epochs
     assert run.steady == pytest.approx((3 + 3 * 2) * 0.01)
     assert run.one_off == pytest.approx(2.0)
