@@ -519,3 +519,27 @@ def test_refill_all_refills_every_chapter_for_every_framework(tmp_path, monkeypa
     with pytest.raises(BookError, match="no chapter named three; the chapters are: one, two"):
         execute.refill_all(["two", "three"], ["torch"], log=lines.append)
     assert done == [("two", "mxnet")]
+
+
+def test_refill_takes_a_new_first_cell_without_running_again(book, monkeypatch):
+    """The install cell is the pipeline's own and prints nothing: a change to it (a comment,
+    the package's address) needs no new run; a change to any other code still does."""
+    from pipeline import notebooks as nb_module
+
+    root = book()
+    execute.execute("demo", "torch")
+    original = nb_module.install_cell
+
+    def changed(framework, lang):
+        cell = original(framework, lang)
+        cell.source = cell.source.replace("import os", "import os  # changed")
+        return cell
+
+    monkeypatch.setattr(nb_module, "install_cell", changed)
+    execute.refill("demo", "torch")
+    for lang in ("en", "zh"):
+        first = _notebook(root, lang).cells[2]
+        assert first.metadata["d2l_ext"]["role"] == "install" and "# changed" in first.source
+    book("print(answer + 2)")  # other code: refill refuses
+    with pytest.raises(BookError, match="changed since"):
+        execute.refill("demo", "torch")

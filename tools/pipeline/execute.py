@@ -335,7 +335,8 @@ def _filled(book: nbformat.NotebookNode, executed: list[nbformat.NotebookNode], 
 
 def refill(name: str, framework: str) -> list[Path]:
     """Rewrite the prose of chapter ``name``'s executed notebooks from the current sources,
-    keeping the outputs and values of their run: for a change of prose, without running again.
+    keeping the outputs and values of their run: for a change of prose, or of the first cell
+    (which the pipeline writes and which prints nothing), without running again.
 
     Refuses (writing nothing) if a notebook is missing, if its code changed since it ran, or
     if the prose now cites a value the run did not record: then the chapter must run again.
@@ -350,8 +351,12 @@ def refill(name: str, framework: str) -> list[Path]:
         old = nbformat.read(path, 4)
         meta = old.metadata.get("d2l_ext", {})
         executed = [c for c in old.cells if c.cell_type == "code"]
-        if [c.source for c in executed] != [c.source for c in book.cells
-                                            if c.cell_type == "code"]:
+
+        def ran(cells):  # the install cell is made by the pipeline and prints nothing
+            return [c.source for c in cells if c.cell_type == "code"
+                    and c.metadata.get("d2l_ext", {}).get("role") != "install"]
+
+        if ran(executed) != ran(book.cells):
             raise BookError(f"the code of {shown(chapter.path)} changed since {shown(path)} "
                             f"ran; {again}.")
         missing = sorted(set(placeholders(book)) - set(meta.get("values", {})))

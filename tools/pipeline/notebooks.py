@@ -30,7 +30,7 @@ def install_cell(framework: str, lang: str) -> nbformat.NotebookNode:
                "# the language in which the exercises' checks answer"],
         "zh": ["# 安装 Colab / SageMaker Studio Lab 缺少的包；已装有 d2l_ext 时什么也不做。",
                "# MXNet 1.9.1 需要 Python 3.11 和 numpy < 1.24（即 numpy 1.23.5）。",
-               "# 练习的检查单元用这种语言作答"],
+               "# 练习的检查单元格用这种语言给出反馈"],
     }[lang]
     lines = comments[:1] + (comments[1:2] if framework == "mxnet" else [])
     lines += ["import importlib.util",

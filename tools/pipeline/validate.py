@@ -59,7 +59,7 @@ RESULTS = BENCHMARKS / "results"
 CHAPTER_SECONDS = {
     "async-computation": 180,
     "multi-gpu-concise": 360,
-    "tuning-tips": 540,
+    "tuning-tips": 600,  # the ladder: rounds of whole epochs, compilations, time to 0.90
     "host-device-sync": 300,
     "gpu-basics": 480,
     "communication": 420,
