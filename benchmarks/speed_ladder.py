@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/speed_ladder.py [--rounds R] [--steps K] [--num-train N]
         [--num-test N] [--batch-size B] [--lr LR] [--amp bf16|fp16|none|auto]
         [--target ACC] [--seeds S] [--max-epochs E] [--no-target] [--rungs 0,1,4 | --list]
-        [--device cpu|cuda] [--json PATH]
+        [--device cpu|cuda] [--warm-cache] [--json PATH]
 
 Runs the rungs of ``d2l_ext.ladder.make_ladder(B, LR, amp=AMP)`` that the device supports
 (CUDA-only rungs are skipped on a CPU) with the ladder's method (``ladder.run``): every rung
@@ -27,7 +27,9 @@ The defaults: on a GPU all 60,000 images, d2l's batch 256, 5 rounds of 30 steps,
 of 0.90 within 8 epochs from 2 seeds; on a CPU the first 1,024 training and 512 test images,
 batch 32, 5 rounds of 4 steps, a target of 0.5. ``--rungs`` counts the rungs as ``--list``
 shows them, the autocast rung included: with ``--amp auto`` it is replaced by the format
-chosen, or left out. ``D2L_SMOKE=1`` shrinks everything to a quick run.
+chosen, or left out. The compilers' on-disk caches start empty (a temporary directory, removed
+at the end), so that a compiled rung's one-off cost is a first compilation; ``--warm-cache``
+keeps this machine's caches. ``D2L_SMOKE=1`` shrinks everything to a quick run.
 """
 
 from __future__ import annotations
@@ -95,9 +97,22 @@ def main() -> None:
     parser.add_argument("--no-target", action="store_true", help="skip the time to target")
     parser.add_argument("--rungs", help="comma-separated rung indices (default: all)")
     parser.add_argument("--list", action="store_true", help="list the rungs and stop")
+    parser.add_argument("--warm-cache", action="store_true",
+                        help="keep Inductor's and Triton's on-disk caches (default: empty ones, "
+                             "so that the one-off costs are those of a first compilation)")
     parser.add_argument("--device", help="cpu or cuda (default: the first GPU if any)")
     parser.add_argument("--json", help="also write the results here, stamped with the machine")
     args = parser.parse_args()
+    if not args.warm_cache:  # before torch is imported: its compilers read these once
+        import atexit
+        import os
+        import shutil
+        import tempfile
+
+        cold = tempfile.mkdtemp(prefix="speed-ladder-cache-")
+        atexit.register(shutil.rmtree, cold, ignore_errors=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cold, "inductor")
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(cold, "triton")
 
     from d2l_ext import ladder
     from d2l_ext import torch as d2l
@@ -148,13 +163,13 @@ def main() -> None:
     rungs = [amp_rung if "amp" in r.change else r for r in picked
              if amp_rung is not None or "amp" not in r.change]
     rungs = [r for r in rungs if r.name in {m.name for m in made}]  # capture: not with fp16
-    peak, peak_text = ladder.peak_flops(device)
-    print(f"MFU against {peak_text.en}")
+    peak, peak_text, is_mfu = ladder.peak_flops(device)
+    print(f"{'MFU' if is_mfu else 'share of the reference rate'} against {peak_text.en}")
     results = ladder.run(rungs, device, args.rounds, args.steps, args.num_train,
                          args.num_test, peak=(peak, peak_text))
     print(f"\n{device}, {args.rounds} rounds, {args.steps} steps a round (loader rungs: a "
           f"whole epoch), false-alarm chance of a verdict {ladder.false_alarm(args.rounds):.1%}")
-    print(ladder.table(results))
+    print(ladder.table(results, datasheet=is_mfu))
     skipped = [r.name for r in rungs if r not in ladder.applicable(rungs, device)]
     if skipped:
         print("needs a CUDA GPU, not run: " + "; ".join(skipped))
@@ -177,7 +192,8 @@ def main() -> None:
                       for row in ladder.rows(results)]
         _record.save(args.json, "speed_ladder", "torch", vars(args),
                      [c.en for c in ladder.COLUMNS], table_rows, ladder.FORMATS, extra={
-            "peak": {"flops": peak, "what": peak_text.en}, "amp": amp_record,
+            "peak": {"flops": peak, "what": peak_text.en, "datasheet": is_mfu},
+            "amp": amp_record,
             "rungs": [_rung(r) for r in results],
             "targets": [dict(dataclasses.asdict(t), name=t.name.en) for t in targets]})
 

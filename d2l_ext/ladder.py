@@ -88,12 +88,12 @@ BASE = dict(batch_size=256, lr=0.1, warmup_epochs=0.0, num_workers=4, pin_memory
             persistent_workers=False)
 
 #: The autocast rung for each 16-bit format (:func:`make_ladder`'s ``amp``).
-AMP_RUNGS = {"bf16": ("+ bf16 autocast", "+ bf16 autocast",
+AMP_RUNGS = {"bf16": ("+ bf16 autocast", "+ bf16 自动混合精度",
                       ("matrix products and convolutions in bfloat16: twice TF32's tensor-core "
                        "rate, half the bytes; no gradient scaler",
                        "矩阵乘法和卷积改用 bfloat16：张量核心的速率是 TF32 的两倍，字节数减半；"
                        "不需要梯度缩放器")),
-             "fp16": ("+ fp16 autocast, gradient scaler", "+ fp16 autocast 与梯度缩放器",
+             "fp16": ("+ fp16 autocast, gradient scaler", "+ fp16 自动混合精度与梯度缩放器",
                       ("matrix products and convolutions in float16, with a gradient scaler "
                        "whose step reads a value on the host (a synchronisation) every step",
                        "矩阵乘法和卷积改用 float16，并配上梯度缩放器；"
@@ -524,29 +524,33 @@ def conv_flops_per_second(device: torch.device | str, dtype: torch.dtype = torch
 
 
 def peak_flops(device: torch.device | str, measured: dict[str, float] | None = None
-               ) -> tuple[float, Text]:
+               ) -> tuple[float, Text, bool]:
     """The one figure every rung's MFU is taken against, and what it is: a GPU's dense bf16
     peak from its datasheet (:mod:`d2l_ext.datasheets`); elsewhere (a CPU, a GPU not in the
     table) the fastest matrix product measured on the device (``measured``: FLOP/s by
     precision, e.g. from :func:`matmul_flops_per_second`; measured here if not given), and
     on a CPU the rate of a convolution too (:func:`conv_flops_per_second`): a reference that
-    the step's own convolutions outrun would make MFU exceed 100 %."""
+    the step's own convolutions outrun would make MFU exceed 100 %. The third value says
+    whether the figure is a datasheet's (only then is the ratio to it an MFU)."""
     device = d2l.as_device(device)
     if device.type == "cuda":
         sheet = datasheets.for_gpu(torch.cuda.get_device_name(device))
         if sheet is not None and sheet.bf16:
-            return sheet.bf16, message(
+            says = message(
                 en=f"the {sheet.name}'s dense bf16 peak on its datasheet, "
                    f"{sheet.bf16 / 1e12:,.0f} TFLOP/s",
                 zh=f"{sheet.name} 数据手册上的稠密 bf16 峰值，{sheet.bf16 / 1e12:,.0f} TFLOP/s")
+            return sheet.bf16, says, True
     measured = dict(measured or {"fp32": matmul_flops_per_second(device, torch.float32)})
     if device.type == "cpu":  # oneDNN's convolutions can outrun MKL's matrix products
         measured["conv"] = conv_flops_per_second(device)
     best = max(measured, key=measured.get)
+    what_en, what_zh = (("float32 convolution", "float32 卷积") if best == "conv"
+                        else (f"{best} matrix product", f"{best} 矩阵乘法"))
     return measured[best], message(
-        en=f"the fastest product measured on this device ({best}), "
+        en=f"the fastest rate measured on this device: the {what_en}, "
            f"{measured[best] / 1e12:,.2f} TFLOP/s",
-        zh=f"这台设备上实测最快的乘积运算（{best}），{measured[best] / 1e12:,.2f} TFLOP/s")
+        zh=f"这台设备上实测的最快速率：{what_zh}，{measured[best] / 1e12:,.2f} TFLOP/s"), False
 
 
 # ---------------------------------------------------------------- the compiler's own counters
@@ -634,11 +638,23 @@ class Runner:
         self.epoch += 1
         return done
 
-    def train_accuracy(self) -> float:
-        """The share of correct training predictions in the epoch in progress, as the steps
-        made them (NaN where the loop does not count them: d2l's)."""
-        metric, seen = getattr(self.run, "metric", None), getattr(self.run, "seen", 0)
-        return float(metric[1]) / seen if metric is not None and seen else float("nan")
+    def train_counts(self) -> tuple | None:
+        """A snapshot of the epoch's running count of correct training predictions (on the
+        device, no wait), for :meth:`train_accuracy`; None where the loop keeps none."""
+        metric = getattr(self.run, "metric", None)
+        return None if metric is None else (self.epoch, metric[1].clone(), self.run.seen)
+
+    def train_accuracy(self, since: tuple | None = None) -> float:
+        """The share of correct training predictions, as the steps made them (BatchNorm in
+        training mode), since the snapshot ``since`` (or over the epoch in progress, if an
+        epoch began in between); NaN where the loop does not count them (d2l's)."""
+        metric = getattr(self.run, "metric", None)
+        if metric is None:
+            return float("nan")
+        correct, seen = float(metric[1]), self.run.seen
+        if since is not None and since[0] == self.epoch and seen > since[2]:
+            correct, seen = correct - float(since[1]), seen - since[2]
+        return correct / seen if seen else float("nan")
 
     def accuracy(self) -> float:
         """The test accuracy now; training goes on in training mode afterwards."""
@@ -786,7 +802,7 @@ def run(rungs: Sequence[Rung], device: torch.device, rounds: int = 5, steps: int
     (:func:`make_net`). A rung that fails to build or run is reported with its error and left
     out of the rounds; the others go on.
 
-    ``peak``: the MFU denominator and its description (default: :func:`peak_flops`).
+    ``peak``: the MFU denominator and its description (default: :func:`peak_flops`'s).
     With ``split`` each rung's step is also split into device, host and wall time.
     """
     if rounds < 2:
@@ -795,7 +811,7 @@ def run(rungs: Sequence[Rung], device: torch.device, rounds: int = 5, steps: int
     rungs = applicable(rungs, device)
     n = _training_images(rungs, num_train)
     flops_per_image = train_flops_per_image(make_net(seed))
-    peak_value, _ = peak if peak is not None else peak_flops(device)
+    peak_value = peak[0] if peak is not None else peak_flops(device)[0]
     old_limit = torch._dynamo.config.cache_size_limit
     torch._dynamo.config.cache_size_limit = max(old_limit, 64)  # one entry per compiled rung
     results, runners = [], []
@@ -888,21 +904,20 @@ def _report_measured(result: RungResult) -> None:
         print(message(en=f"{result.name.en}: {result.error}",
                       zh=f"{result.name.zh}：{result.error}"))
         return
-    t = result.timing
-    ms = f"{t.median * 1e3:.2f} ms ({t.min * 1e3:.2f}\u2013{t.max * 1e3:.2f})"
+    ms = result.timing.text("ms")
     extra_en = extra_zh = ""
     if result.ratios:
         r = result.ratio
-        extra_en = (f"; x{r.median:.2f} ({r.min:.2f}\u2013{r.max:.2f}) the rung before: "
+        extra_en = (f"; \u00d7{r.median:.2f} ({r.min:.2f}\u2013{r.max:.2f}) the rung before: "
                     f"{result.verdict}")
         extra_zh = (f"；是前一级的 {r.median:.2f} 倍（{r.min:.2f}–{r.max:.2f}）："
                     f"{result.verdict_text.zh}")
-    print(message(en=f"{result.name.en}: {ms} per step{extra_en}",
-                  zh=f"{result.name.zh}：每步 {ms.replace(' ms', ' 毫秒')}{extra_zh}"))
+    print(message(en=f"{result.name.en}: {ms.en} per step{extra_en}",
+                  zh=f"{result.name.zh}：每步 {ms.zh}{extra_zh}"))
     if result.compiled_in_window:
         moved = sorted(set(result.compiled_in_window))
         print(message(en=f"  the compiler moved during a timed window: {', '.join(moved)}",
-                      zh=f"  计时窗口内编译器有动作：{'、'.join(moved)}"))
+                      zh=f"  计时窗口内编译器的计数器有变化：{'、'.join(moved)}"))
 
 
 # ---------------------------------------------------------------- time to an accuracy
@@ -918,8 +933,8 @@ class TargetRun:
     steady: float  # training seconds at the steady rate (warm-up steps counted at that rate)
     one_off: float  # the warm-up's seconds beyond that
     steps: int = 0  # training steps taken
-    #: the accuracy of the training predictions, as the steps made them (BatchNorm in training
-    #: mode), over the epoch in progress; NaN for d2l's loop, which does not count them
+    #: the accuracy of the training predictions of the last chunk, as the steps made them
+    #: (BatchNorm in training mode); NaN for d2l's loop, which does not count them
     train_accuracy: float = float("nan")
 
 
@@ -942,15 +957,21 @@ def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.d
                 warm_seconds, warm_steps = _warm_up(runner, device)
                 chunk = max(1, round(runner.steps_per_epoch * every))
                 done, timed, timed_steps, acc = warm_steps, 0.0, 0, 0.0
-                while timed_steps == 0 or done < max_epochs * runner.steps_per_epoch:
+                limit = max_epochs * runner.steps_per_epoch
+                train_acc = float("nan")
+                while timed_steps == 0 or done < limit:
+                    # up to the next multiple of the chunk (quarter epochs), never past limit
+                    these = max(1, min((done // chunk + 1) * chunk, limit) - done)
+                    before = runner.train_counts()
                     d2l.synchronize(device)  # (at least one timed chunk, however short)
                     start = time.perf_counter()
-                    for _ in range(chunk):
+                    for _ in range(these):
                         runner.step()
                     d2l.synchronize(device)
                     timed += time.perf_counter() - start
-                    timed_steps += chunk
-                    done += chunk
+                    timed_steps += these
+                    done += these
+                    train_acc = runner.train_accuracy(since=before)
                     acc = runner.accuracy()
                     if acc >= target:
                         break
@@ -958,7 +979,7 @@ def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.d
             one = TargetRun(rung.title, seed, acc >= target, acc, done / runner.steps_per_epoch,
                             timed + warm_steps * per_step,
                             max(0.0, warm_seconds - warm_steps * per_step), done,
-                            runner.train_accuracy())
+                            train_acc)
             runner._batches = None
             out.append(one)
             if verbose:
@@ -1071,7 +1092,7 @@ def groups_table(groups: dict[str, float]) -> str:
     total = sum(groups.values())
     return text_table(
         [message(en="where the step's time goes", zh="一步的时间花在哪里"),
-         message(en="ms per step", zh="每步毫秒"), message(en="share", zh="占比")],
+         message(en="ms per step", zh="每步（毫秒）"), message(en="share", zh="占比")],
         [[Text(*GROUPS[k]), v * 1e3, v / total] for k, v in groups.items()],
         ["", ".2f", ".0%"], left=1)
 
@@ -1086,14 +1107,16 @@ class _Blank:
 
 #: The table's columns (English and Chinese), and each column's format.
 COLUMNS = [message(en=en, zh=zh) for en, zh in [
-    ("rung", "台阶"), ("batch", "批量"), ("ms/step", "毫秒/步"), ("min", "最小"), ("max", "最大"),
-    ("s/epoch", "秒/轮"), ("x previous", "相对前一级"), ("verdict", "判定"),
-    ("device ms", "设备毫秒"), ("host ms", "主机毫秒"), ("bound", "瓶颈"),
-    ("one-off s", "一次性秒"), ("TFLOP/s", "TFLOP/s"), ("MFU", "MFU")]]
-FORMATS = ["", "d", ".2f", ".2f", ".2f", ".2f", ".2f", "", ".2f", ".2f", "", ".1f", ".2f", ".1%"]
+    ("rung", "台阶"), ("batch", "批量"), ("ms/step", "每步（毫秒）"), ("min", "最小"),
+    ("max", "最大"), ("steps/epoch", "每轮步数"), ("s/epoch", "每轮（秒）"),
+    ("x previous", "相对前一级"), ("verdict", "判定"), ("device ms", "设备（毫秒）"),
+    ("host ms", "主机（毫秒）"), ("bound", "瓶颈"), ("one-off s", "一次性开销（秒）"),
+    ("TFLOP/s", "TFLOP/s"), ("MFU", "MFU")]]
+FORMATS = ["", "d", ".2f", ".2f", ".2f", ",d", ".2f", ".2f", "", ".2f", ".2f", "", ".1f", ".2f",
+           ".1%"]
 #: Each kind of bound in English and Chinese.
 BOUNDS = {"host": ("host", "主机"), "device": ("device", "设备"), "sync": ("waits", "同步等待"),
-          "one": ("one (CPU)", "合一（CPU）"), "": ("\u2013", "\u2013")}
+          "one": ("not split (CPU)", "不区分（CPU）"), "": ("\u2013", "\u2013")}
 
 
 def rows(results: Sequence[RungResult]) -> list[list]:
@@ -1101,22 +1124,27 @@ def rows(results: Sequence[RungResult]) -> list[list]:
     out = []
     for r in results:
         if r.error or not r.step_seconds:
-            out.append([r.name, r.batch_size] + [_Blank()] * 5 + [r.verdict_text]
+            out.append([r.name, r.batch_size] + [_Blank()] * 6 + [r.verdict_text]
                        + [_Blank()] * 6)
             continue
         t = r.timing
-        split = r.split
+        split = r.split if r.split is not None and not r.split.on_cpu else None  # a CPU: one
         out.append([r.name, r.batch_size, t.median * 1e3, t.min * 1e3, t.max * 1e3,
-                    r.epoch_seconds, r.ratio.median if r.ratios else _Blank(), r.verdict_text,
+                    r.steps_per_epoch, r.epoch_seconds,
+                    r.ratio.median if r.ratios else _Blank(), r.verdict_text,
                     split.device.median * 1e3 if split else _Blank(),
                     split.host.median * 1e3 if split else _Blank(),
                     Text(*BOUNDS[r.bound]), r.one_off, r.flops_per_second / 1e12, r.mfu])
     return out
 
 
-def table(results: Sequence[RungResult]) -> str:
-    """The ladder as a text table in the reader's language (:func:`rows`)."""
-    return text_table(COLUMNS, rows(results), FORMATS, left=1)
+def table(results: Sequence[RungResult], datasheet: bool = True) -> str:
+    """The ladder as a text table in the reader's language (:func:`rows`); the last column is
+    "MFU" against a datasheet's peak, else the share of the measured reference rate."""
+    columns = list(COLUMNS)
+    if not datasheet:
+        columns[-1] = message(en="of ref. rate", zh="占参照速率")
+    return text_table(columns, rows(results), FORMATS, left=1)
 
 
 def target_table(runs: Sequence[TargetRun], target: float) -> str:
@@ -1127,7 +1155,8 @@ def target_table(runs: Sequence[TargetRun], target: float) -> str:
          message(en="test acc", zh="测试准确率"),
          message(en="train acc", zh="训练准确率"), message(en="steps", zh="步数"),
          message(en="epochs", zh="轮数"),
-         message(en="training s", zh="训练秒数"), message(en="one-off s", zh="一次性秒数")],
+         message(en="training s", zh="训练时间（秒）"),
+         message(en="one-off s", zh="一次性开销（秒）")],
         [[r.name, r.seed, message(en="yes", zh="是") if r.reached else message(en="no", zh="否"),
           r.accuracy, _Blank() if r.train_accuracy != r.train_accuracy else r.train_accuracy,
           r.steps, r.epochs, r.steady, r.one_off] for r in runs],
@@ -1154,7 +1183,8 @@ def plot(results: Sequence[RungResult], ax=None):
     ax.barh(ys + 0.2, wall, height=0.4, xerr=err, capsize=2,
             color=[COLORS[r.kind] for r in shown], edgecolor="white",
             hatch=None)
-    device = [r.split.device.median * 1e3 if r.split else 0.0 for r in shown]
+    split = [r.split is not None and not r.split.on_cpu for r in shown]  # a CPU's is one time
+    device = [r.split.device.median * 1e3 if s else 0.0 for r, s in zip(shown, split)]
     bars = ax.barh(ys - 0.2, device, height=0.4, color="#cccccc", edgecolor="white")
     for bar, r in zip(bars, shown):
         if r.bound == "host":
@@ -1162,14 +1192,18 @@ def plot(results: Sequence[RungResult], ax=None):
     ax.set_yticks(ys, [label(en=r.name.en, zh=r.name.zh) for r in shown])
     ax.set_xscale("log")
     ax.set_xlabel(label(en="milliseconds per step (log scale): wall time (median, range over "
-                           "rounds) and the device's time",
-                        zh="每步毫秒数（对数刻度）：墙钟时间（中位数，各轮的范围）与设备时间"))
+                           "rounds)" + (" and the device's time" if any(split) else ""),
+                        zh="每步毫秒数（对数刻度）：挂钟时间（中位数，各遍的范围）"
+                           + ("与设备时间" if any(split) else "")))
     handles = [Patch(color=COLORS[k], label=label(en=f"wall, {KINDS[k][0]}",
-                                                  zh=f"墙钟，{KINDS[k][1]}"))
+                                                  zh=f"挂钟，{KINDS[k][1]}"))
                for k in KINDS if any(r.kind == k for r in shown)]
-    handles.append(Patch(color="#cccccc", label=label(en="device", zh="设备")))
-    handles.append(Patch(facecolor="#cccccc", edgecolor="#444444", hatch="//",
-                         label=label(en="device, host-bound rung", zh="设备，主机受限的台阶")))
+    if any(split):
+        handles.append(Patch(color="#cccccc", label=label(en="device", zh="设备")))
+    if any(r.bound == "host" for r in shown):
+        handles.append(Patch(facecolor="#cccccc", edgecolor="#444444", hatch="//",
+                             label=label(en="device, host-bound rung",
+                                         zh="设备，受主机限制的台阶")))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.15),
               ncol=2, frameon=False, fontsize=8)
     return ax

@@ -227,7 +227,8 @@ def test_the_ladder_summary_follows_the_rounds(device_type, lang):
 
     results = made_up_ladder(device_type)
     _, names = ladder_cell("verdicts_says = d2l.message(", lang, results=results, ladder=ladder,
-                           device=SimpleNamespace(type=device_type))
+                           device=SimpleNamespace(type=device_type), false_alarm=0.0625,
+                           on_gpu=device_type == "cuda")
     assert names["top"].name.en == "+ torch.compile" and names["first"].name.en == "d2l's loop"
     assert names["speedup_ladder"].median == pytest.approx(0.022 / 0.009)
     assert names["drift"] == pytest.approx(0.013 / 0.010 - 1)  # "+ data on the device"
@@ -241,9 +242,44 @@ def test_the_ladder_summary_follows_the_rounds(device_type, lang):
         assert "“d2l's loop”" in bound.en.split("Steps that wait")[1]  # the one that waits
         assert "“+ data on the device”" in bound.en.split("Steps that wait")[0]  # host-bound
         assert "channels_last" not in bound.en.split("Steps that wait")[0]
-    assert "+ torch.compile 2.5 s" in names["one_off_says"].en
-    assert "+ broken" in names["failed_says"].en
+    assert "“+ torch.compile” 2.5 s" in names["one_off_says"].en
+    assert "“+ torch.compile（中）” 2.5 秒" in names["one_off_says"].zh
+    assert "“+ broken”" in names["failed_says"].en
     assert "did not move" in names["window_says"].en
+    assert names["expected_false"] == 0 and names["fused_check_says"].en == ""  # no ratios
+
+
+@pytest.mark.parametrize("ratios, agrees", [([0.99, 0.995, 0.985], True),
+                                            ([1.03, 1.05, 1.09], False)])
+def test_the_fused_rung_is_checked_against_the_update_timed_alone(ratios, agrees):
+    """The ladder's "+ fused SGD" rung against the saving that the update, timed alone, predicts
+    (for-loop on a CPU): a slowdown in every round is more than the update accounts for."""
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from d2l_ext import ladder
+    from d2l_ext.i18n import Text
+    from d2l_ext.utils import Timing
+
+    def result(en, seconds, verdict="", ratios=()):
+        return ladder.RungResult(Text(en, en + "（中）"), "systems", {"batch_size": 8}, 10, 1e6,
+                                 1e9, step_seconds=list(seconds), verdict=verdict,
+                                 ratios=list(ratios), one_off=0.0)
+
+    verdict = ladder.NO_GAIN if agrees else ladder.SLOWER
+    results = [result("d2l's loop", [0.2] * 3), result("+ bf16 autocast", [0.1] * 3),
+               result("+ fused SGD", [0.1 * r for r in ratios], verdict, ratios)]
+    update_timing = {"loop": Timing((0.002,)), "foreach": Timing((0.0015,)),
+                     "fused": Timing((0.001,))}
+    _, names = ladder_cell("verdicts_says = d2l.message(", "en", results=results, ladder=ladder,
+                           device=SimpleNamespace(type="cpu"), false_alarm=0.0625,
+                           on_gpu=False, update_timing=update_timing)
+    assert names["predicted"] == pytest.approx(0.99)  # 1 ms saved of a 100 ms step
+    assert names["expected_false"] == pytest.approx(0.0625)  # one rung with ratios
+    says = names["fused_check_says"].en
+    assert "about ×0.990" in says
+    assert ("The two agree." in says) == agrees
+    assert ("one of the false alarms" in says) != agrees
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -263,12 +299,13 @@ def test_the_race_to_the_target_says_who_reached_it(lang):
     runs.append(big)
     _, names = ladder_cell("def reached(name_en):", lang, target_runs=runs, target=0.9)
     says = names["race_says"]
-    assert "d2l's loop: 32.0 s of training (median), plus 1.5 s one-off" in says.en
-    assert "top: not every run reached 0.9 (best 0.900)" in says.en
-    assert "训练 32.0 秒（中位数）" in says.zh
-    assert "training predictions were right 95% of the time after its 32 steps" in says.en
-    assert "BatchNorm's running statistics" in says.en and "滑动统计量" in says.zh
-    assert "top: not every run reached 0.9 (best 0.900)." in says.en.replace(";", ".")
+    assert "“d2l's loop” took 32.0 s of training (median), plus 1.5 s one-off." in says.en
+    assert "“top” did not reach it in every run (best 0.900). “batch 128”" in says.en
+    assert "“d2l's loop（中）”训练了 32.0 秒（中位数）" in says.zh
+    assert "training predictions over its last steps were right 95% of the time" in says.en
+    assert "after its 32 steps the initial variance of 1 still weighs 3% in them" in says.en
+    assert "滑动统计量" in says.zh and "；" not in says.zh.split("不过")[0]
+    assert "Yet" not in says.en.split("“batch 128”")[0]  # only the rung that trained
 
 
 def cost_model_verdict(step_medians, probe, spread=1.1, spreads=None, probe_spread=None,

@@ -156,7 +156,10 @@ class FakeRunner:
     def accuracy(self):
         return self.spec.get("acc", [0.5])[min(self.rounds, len(self.spec.get("acc", [0.5])) - 1)]
 
-    def train_accuracy(self):
+    def train_counts(self):
+        return None
+
+    def train_accuracy(self, since=None):
         return self.spec.get("train_acc", float("nan"))
 
 
@@ -337,9 +340,10 @@ def test_time_to_target_counts_training_only_and_keeps_the_one_off_apart(monkeyp
     rung = ladder.Rung("r", "systems", dict(step=0.01, batch_size=8))
     [run] = ladder.time_to_target([rung], [0], CPU, 0.9, seeds=(3,), max_epochs=10,
                                   verbose=False)
-    assert run.reached and run.accuracy == 0.91 and run.seed == 3 and run.steps == 9
-    assert run.epochs == pytest.approx((3 + 3 * 2) / 8)  # warm-up + three quarter-epochs
-    assert run.steady == pytest.approx((3 + 3 * 2) * 0.01)
+    # warm-up 3 steps, then checks at quarter epochs: steps 4, 6 and 8
+    assert run.reached and run.accuracy == 0.91 and run.seed == 3 and run.steps == 8
+    assert run.epochs == pytest.approx(1.0)
+    assert run.steady == pytest.approx(8 * 0.01)
     assert run.one_off == pytest.approx(2.0)
 
 
@@ -366,21 +370,22 @@ def test_batchnorm_backend_on_a_cpu():
 def test_the_mfu_denominator_is_the_gpus_datasheet_bf16_peak(monkeypatch):
     monkeypatch.setattr(ladder.d2l, "as_device", lambda d: torch.device("cuda", 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA H100 80GB HBM3")
-    value, text = ladder.peak_flops("cuda")
+    value, text, datasheet = ladder.peak_flops("cuda")
     assert value == pytest.approx(989.5e12) and "H100 SXM" in text.en and "bf16" in text.zh
+    assert datasheet
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Some Future GPU")
-    value, text = ladder.peak_flops("cuda", measured={"fp32": 5e13, "bf16": 2e14})
-    assert value == 2e14 and "measured" in text.en
+    value, text, datasheet = ladder.peak_flops("cuda", measured={"fp32": 5e13, "bf16": 2e14})
+    assert value == 2e14 and "measured" in text.en and not datasheet
 
 
 def test_on_a_cpu_the_mfu_denominator_is_the_fastest_product_measured(monkeypatch):
     """A matrix product or a convolution, whichever is faster: oneDNN's convolutions can
     outrun MKL's matrix products, and a slower reference puts MFU above 100 %."""
     monkeypatch.setattr(ladder, "conv_flops_per_second", lambda device: 5e10)
-    value, text = ladder.peak_flops(CPU, measured={"fp32": 1e11, "bf16": 3e10})
+    value, text, _ = ladder.peak_flops(CPU, measured={"fp32": 1e11, "bf16": 3e10})
     assert value == 1e11 and "fp32" in text.en
     monkeypatch.setattr(ladder, "conv_flops_per_second", lambda device: 4e11)
-    value, text = ladder.peak_flops(CPU, measured={"fp32": 1e11})
+    value, text, _ = ladder.peak_flops(CPU, measured={"fp32": 1e11})
     assert value == 4e11 and "conv" in text.en
 
 
@@ -520,8 +525,26 @@ def test_the_table_has_a_row_per_rung_and_blanks_for_a_failed_one():
     failed = result("x", "systems", [], verdict=ladder.FAILED)
     failed.error = "boom"
     rows = ladder.rows([result("a", "reference", [0.01, 0.02]), failed])
-    assert rows[0][2] == pytest.approx(15.0) and rows[0][5] == pytest.approx(0.15)
-    assert format(rows[1][2], ".2f") == "\u2013" and rows[1][7].en == ladder.FAILED
+    assert rows[0][2] == pytest.approx(15.0) and rows[0][5] == 10  # steps per epoch
+    assert rows[0][6] == pytest.approx(0.15)
+    assert format(rows[1][2], ".2f") == "\u2013" and rows[1][8].en == ladder.FAILED
+    assert all(len(r) == len(ladder.COLUMNS) == len(ladder.FORMATS) for r in rows)
+
+
+def test_a_cpu_split_is_one_time_so_table_and_plot_leave_the_device_out():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    t = Timing((0.002,))
+    on_cpu = timing.SplitTime(t, t, t, on_cpu=True)
+    results = [result("ref", "reference", [0.005], split=on_cpu)]
+    [row] = ladder.rows(results)
+    assert format(row[9], ".2f") == format(row[10], ".2f") == "\u2013"
+    ax = ladder.plot(results)
+    assert not [p for p in ax.patches if p.get_facecolor()[:3] == (0.8, 0.8, 0.8)
+                and p.get_width() > 0]
+    assert "device" not in ax.get_xlabel()
+    assert [h.get_label() for h in ax.get_legend().get_patches()] == ["wall, reference"]
 
 
 def test_plot_draws_wall_and_device_bars_hatching_host_bound_rungs():
@@ -581,7 +604,8 @@ def test_benchmark_writes_its_json(tmp_path, monkeypatch, fmnist_dir):
     out = tmp_path / "speed_ladder.json"
     monkeypatch.setattr(ladder, "run", fake_run)
     monkeypatch.setattr(ladder, "time_to_target", fake_target)
-    monkeypatch.setattr(ladder, "peak_flops", lambda device, measured=None: (1e9, Text("p", "p")))
+    monkeypatch.setattr(ladder, "peak_flops",
+                        lambda device, measured=None: (1e9, Text("p", "p"), False))
     monkeypatch.setattr(ladder, "amp_step_timings",
                         lambda device, batch, config: {"fp32": Timing((1.0, 1.1)),
                                                        "bf16": Timing((5.0, 5.5))})
@@ -665,4 +689,18 @@ def test_time_to_target_times_at_least_one_chunk_after_a_long_warm_up(monkeypatc
     rung = ladder.Rung("r", "systems", dict(step=0.01, batch_size=8))
     [run] = ladder.time_to_target([rung], [0], CPU, 0.99, seeds=(0,), max_epochs=1,
                                   verbose=False)
-    assert run.epochs == pytest.approx((12 + 2) / 8) and run.steady == pytest.approx(14 * 0.01)
+    assert run.epochs == pytest.approx((12 + 1) / 8) and run.steady == pytest.approx(13 * 0.01)
+
+
+def test_time_to_target_never_trains_past_its_epochs(monkeypatch):
+    """Chunks of a quarter epoch, cut at the last allowed step: 3 warm-up steps and 5 timed
+    ones fill exactly one epoch of 8 (a whole quarter, 2 steps, would have made it 9)."""
+    CLOCK.now = 0.0
+    monkeypatch.setattr(ladder, "Runner", FakeRunner)
+    monkeypatch.setattr(ladder.time, "perf_counter", CLOCK)
+    monkeypatch.setattr(ladder, "_training_images", lambda rungs, n: 64)
+    monkeypatch.setattr(ladder, "_warm_up", lambda runner, device: (0.1, 3))
+    rung = ladder.Rung("r", "systems", dict(step=0.01, batch_size=8))
+    [run] = ladder.time_to_target([rung], [0], CPU, 0.99, seeds=(0,), max_epochs=1,
+                                  verbose=False)
+    assert run.steps == 8 and run.epochs == 1.0 and not run.reached
