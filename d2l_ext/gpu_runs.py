@@ -138,14 +138,18 @@ def _figures(figures: Sequence[tuple]) -> list[Figure]:
     return kept
 
 
-def table(chapter: str, on_gpu: bool, figures: Sequence[tuple]) -> GpuRun | None:
+def table(chapter: str, on_gpu: bool | str, figures: Sequence[tuple]) -> GpuRun | None:
     """Print this run's key ``figures`` beside those of the book's GPU run of ``chapter``.
 
     ``figures``: ``(label, value)`` or ``(label, value, format)``, each label made with
-    :func:`d2l_ext.i18n.message`. ``on_gpu``: whether this run's device is a GPU; while the
-    book captures such a run, the figures are handed to the pipeline, which keeps them as the
-    chapter's new record. Returns the record shown (``None`` if there is none yet).
+    :func:`d2l_ext.i18n.message`. ``on_gpu``: whether this run's device is a CUDA GPU, or the
+    type of this run's device (``"cpu"``, ``"cuda"``, ``"mps"``, ...: a device other than a
+    CPU or a CUDA GPU is named as it is). While the book captures a run on a CUDA GPU, the
+    figures are handed to the pipeline, which keeps them as the chapter's new record. Returns
+    the record shown (``None`` if there is none yet).
     """
+    kind = (on_gpu if isinstance(on_gpu, str) else "cuda" if on_gpu else "cpu").lower()
+    on_gpu = kind == "cuda"
     mine = _figures(figures)
     folder = capture_dir()
     if on_gpu and folder is not None:
@@ -153,8 +157,8 @@ def table(chapter: str, on_gpu: bool, figures: Sequence[tuple]) -> GpuRun | None
         (folder / CAPTURED).write_text(json.dumps(captured, ensure_ascii=False),
                                        encoding="utf-8")
     record = load(chapter)
-    here = message(en="this run (GPU)", zh="本次运行（GPU）") if on_gpu else message(
-        en="this run (CPU)", zh="本次运行（CPU）")
+    shown = {"cuda": "GPU", "cpu": "CPU"}.get(kind, kind.upper())
+    here = message(en=f"this run ({shown})", zh=f"本次运行（{shown}）")
     columns = [message(en="figure", zh="指标"), here]
     rows = [[Text(f.en, f.zh), f.shown()] for f in mine]
     if record is not None:

@@ -181,3 +181,15 @@ def test_the_async_record_lines_up_with_the_chapters_table():
         label = figure.en.replace("10,000", "{num_ops:,}")
         assert f'en="{label}"' in cell or f'en=f"{label}"' in cell, figure.en
     assert not any(f.en.startswith(("t3", "torch.mm")) for f in record.figures)
+
+
+def test_a_device_other_than_a_cpu_or_cuda_is_named_and_not_captured(records, capsys,
+                                                                     monkeypatch, tmp_path):
+    monkeypatch.setenv("D2L_LANG", "en")
+    monkeypatch.setattr(gpu_runs, "capture_dir", lambda: tmp_path)
+    gpu_runs.table("demo", "mps", figures(1.0))
+    assert "this run (MPS)" in capsys.readouterr().out
+    assert not (tmp_path / gpu_runs.CAPTURED).exists()
+    gpu_runs.table("demo", "cuda", figures(1.0))
+    assert "this run (GPU)" in capsys.readouterr().out
+    assert (tmp_path / gpu_runs.CAPTURED).exists()
