@@ -110,24 +110,29 @@ VIEWS = ("aten::slice", "aten::select", "aten::as_strided", "aten::alias", "aten
 
 def _waits_on_a_gpu(ops):
     """The operators among ``ops`` that wait for a CUDA device, outermost only: a size read
-    back (nonzero, unique), and an index assignment of a number held in a fresh host tensor
-    (index_put_ right after the lift_fresh that made it, views of the target passed over)
-    that did not become a masked_fill_; on a GPU the number is copied to the device with a
-    copy that waits. The rule of chapter 4's sync_points, for a CPU profile's events."""
+    back (nonzero, unique), and an assignment of a number held in a fresh host tensor (an
+    index_put_, a copy_ outside any other operator, or a fill_, right after the lift_fresh
+    that made the tensor, views of the target passed over) that did not become a masked_fill_
+    and is no fill_ (those read the number on the host); on a GPU the number is copied to the
+    device with a copy that waits. The rule of chapter 4's sync_points, for a CPU profile's
+    events."""
     found, filled = [], []
     for i, (name, start, end) in enumerate(ops):
         if any(s <= start and end <= e for _, s, e in found + filled):
             continue
         if name in ("aten::nonzero", "aten::_unique2"):
             found.append(ops[i])
-        elif name == "aten::index_put_":
+        elif name in ("aten::index_put_", "aten::copy_", "aten::fill_"):
+            if name == "aten::copy_" and any(j != i and s <= start and end <= e
+                                             for j, (_, s, e) in enumerate(ops)):
+                continue
             before = sorted((op for op in ops if op[2] <= start), key=lambda op: op[2])
             while before and before[-1][0] in VIEWS:
                 before.pop()
             if before and before[-1][0] == "aten::lift_fresh":
-                masked = any(n == "aten::masked_fill_" and start <= s and e <= end
-                             for n, s, e in ops)
-                (filled if masked else found).append(ops[i])
+                reads = name == "aten::fill_" or any(
+                    n == "aten::masked_fill_" and start <= s and e <= end for n, s, e in ops)
+                (filled if reads else found).append(ops[i])
     return [name.removeprefix("aten::") for name, _, _ in found]
 
 
@@ -334,3 +339,307 @@ def test_the_chapters_a100_cell_tables_every_sync_and_names_its_source(lang, mon
     assert (min(names["stream_waits"]), max(names["stream_waits"])) == (9, 95)
     assert len(names["device_syncs"]) == 5 and names["longest_wait"] == 884
     assert (min(names["idle_after"]), round(max(names["idle_after"]) / 1000)) == (63, 807)
+
+
+def _page_code(framework, start, end=None):
+    """The source of chapter 4's (English) code cell of `framework` (None: shared) that has a
+    line starting with `start`, from that line to the line before `end` (default: the end)."""
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("yaml", reason="the book tools need the full environment")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from pipeline import config, sources
+
+    chapter = sources.parse(config.CHAPTERS / "en" / "host-device-sync.md")
+    for cell in chapter.cells:
+        found = re.search(rf"^{re.escape(start)}", cell.source, re.M)
+        if cell.kind == "code" and cell.framework == framework and found:
+            code = cell.source[found.start():]
+            return code if end is None else code[:code.index(end)]
+    raise AssertionError(f"no {framework} cell of chapter 4 has {start!r}")
+
+
+def _page_names(**names):
+    """A namespace for chapter 4's cells: d2l's pieces they use, and `names`."""
+    import math
+    import statistics
+    from types import SimpleNamespace
+
+    from d2l_ext import gpu_runs, i18n
+    from d2l_ext.utils import Timing, false_alarm, paired_verdict, text_table
+
+    d2l = SimpleNamespace(message=i18n.message, label=i18n.label, gpu_runs=gpu_runs,
+                          Timing=Timing, paired_verdict=paired_verdict, false_alarm=false_alarm)
+    base = {"d2l": d2l, "math": math, "statistics": statistics, "text_table": text_table,
+            "mean": statistics.fmean, "median": statistics.median,
+            "LOSS": i18n.message(en="loss", zh="损失函数"),
+            "ms": lambda timing: timing.text("ms"),
+            "signed": lambda r: f"{r:+.0%}".replace("-", "\u2212"),
+            "per_round": lambda a, b: [x / y for x, y in zip(a.times, b.times)],
+            "span": lambda r: f"{min(r):.2f}–{max(r):.2f}"}
+    return base | names
+
+
+@pytest.fixture
+def _no_capture(monkeypatch):
+    monkeypatch.delenv("D2L_CAPTURE", raising=False)
+    monkeypatch.delenv("D2L_CODE_VERSION", raising=False)
+
+
+def test_the_pages_sync_points_find_the_assignments_that_copy_in_a_cpu_trace(tmp_path):
+    """Chapter 4's sync_points, run on a real CPU profile: an assignment of a Python number (or
+    of a fresh torch.tensor) to one element is a copy_ of its own, which on a CUDA device is a
+    blocking copy from the host (ATen's copy_to); through integer indices it is index_put_; to
+    a slice or a row it is fill_, which reads the number on the host, and so is nothing; so is
+    a boolean mask (masked_fill_), fill_ with a number, and a copy_ of a tensor that was not
+    made fresh on the host."""
+    import operator
+
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from d2l_ext import trace
+
+    code = "\n\n\n".join(_page_code("torch", start, end) for start, end in (
+        ("SYNCING_OPS = (", "\nROWS = {"), ("def within(", "\n\n\ndef launched_in(")))
+    names = {"trace": trace}
+    exec(code, names)
+    x = torch.randn(100)
+    z, z2, w = x.clone(), torch.randn(8, 8), torch.randn(100)
+    mask, idx = x > 0, torch.nonzero(x > 0, as_tuple=True)
+    cases = {
+        "z[3] = 0.0": (lambda: operator.setitem(z, 3, 0.0), ["copy_"]),
+        "z2[1, 2] = 0.0": (lambda: operator.setitem(z2, (1, 2), 0.0), ["copy_"]),
+        "z[3] = torch.tensor(0.0)": (lambda: operator.setitem(z, 3, torch.tensor(0.0)),
+                                     ["copy_"]),
+        "z[idx] = 0.0": (lambda: operator.setitem(z, idx, 0.0), ["index_put_"]),
+        "z[mask] = 0.0": (lambda: operator.setitem(z, mask, 0.0), []),
+        "z[1:4] = 0.0": (lambda: operator.setitem(z, slice(1, 4), 0.0), []),
+        "z2[1] = 0.0": (lambda: operator.setitem(z2, 1, 0.0), []),
+        "z[3].fill_(0.0)": (lambda: z[3].fill_(0.0), []),
+        "z.copy_(w)": (lambda: z.copy_(w), []),
+        "w.to(torch.float64)": (lambda: w.to(torch.float64), []),
+    }
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for name, (f, _) in cases.items():
+            with record_function(name):
+                f()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = trace.load_trace(str(path))
+    spans = {e.name: e for e in events if e.category == "user_annotation" and e.name in cases}
+    found = {name: [e.name.removeprefix("aten::") for e in names["sync_points"](events)
+                    if s.start_us <= e.start_us < s.end_us] for name, s in spans.items()}
+    assert found == {name: want for name, (_, want) in cases.items()}
+
+
+def test_the_pages_headers_say_an_element_is_copied_and_a_slice_filled():
+    """What the page says of t[i] = v and t[a:b] = v, in the installed PyTorch's headers:
+    copy_to copies a value of the element's size with copy_ (a blocking copy from the host on
+    CUDA) and fills a larger target from a 0-dim host tensor with fill_."""
+    from pathlib import Path
+
+    header = Path(torch.__file__).parent / "include" / "ATen" / "TensorIndexing.h"
+    if not header.exists():
+        pytest.skip("this PyTorch ships no C++ headers")
+    text = header.read_text()
+    body = text[text.index("inline void copy_to("):]
+    body = body[:body.index("\n}\n")]
+    assert body.index("dst.copy_(src);") < body.index("dst.fill_(src);")
+    assert "src.dim() == 0 && src.device().type() == at::kCPU" in body
+
+
+def test_the_pages_profiles_leave_a_disturbed_one_out():
+    """calm_profiles keeps a version's profiles whose profiled step is at most 25% longer than
+    in its fastest profile; merged then reads the rest."""
+    names = _page_names()
+    exec(_page_code(None, "def step_split"), names)
+    profiles = [{"profiled": [4.0], "host": [3.9]}, {"profiled": [4.9], "host": [4.8]},
+                {"profiled": [5.2], "host": [30.0]}]
+    calm = names["calm_profiles"](profiles)
+    assert calm == profiles[:2]
+    assert names["merged"](calm)["host"] == [3.9, 4.8]
+
+
+def test_the_pages_model_cell_on_a_device_whose_profiler_records_no_device_work(_no_capture,
+                                                                               capsys):
+    """On MPS (or XPU) the device queues work, but no ProfilerActivity records it (or its
+    waits): the columns, the model and its direction are not read, and the key figures'
+    table names the device."""
+    from test_book import _sync_page_gpu_state
+
+    names = _sync_page_gpu_state(False)
+    names["costs"]["original"]["syncs"] = 5
+    for name, c in names["costs"].items():
+        c["profiled"] = [names["profiled"][name]]
+    names |= _page_names(device=torch.device("mps"), device_name="mps", queues=True,
+                         traced=False, fixed=["where", "sort", "ignore_index"],
+                         first=names["timings"]["original"],
+                         calm={name: [c] for name, c in names["costs"].items()})
+    for start in ("FIGURES = {", "def idle_ms(name):", "def figure(key, value"):
+        exec(_page_code("torch", start), names)
+    exec(_page_code(None, "def predicted_ms"), names)
+    printed = capsys.readouterr().out
+    assert "queues its work, but its profiler recorded neither" in names["columns_note"].en
+    assert "made no such calls" in names["count_check"].en
+    assert "this run (MPS)" in printed and "this run (CPU)" not in printed
+    assert "the model cannot be tested here" in names["model_verdict"].en
+    assert "无法检验模型" in names["model_verdict"].zh
+    assert names["direction_verdict"].en == "there is nothing to test either"
+    assert "original/where: the model expects" not in printed
+
+
+def test_the_pages_direction_counts_only_clear_differences(_no_capture, capsys):
+    """On a traced GPU run a fix's direction counts only where the timings differ in every
+    round and the model's predictions from the separate profiles do not overlap: sort
+    (model faster, timings slower in every round) disagrees; where (model within its spread)
+    is not counted; ignore_index agrees."""
+    from test_book import _sync_page_gpu_state
+
+    from d2l_ext.utils import Timing
+
+    def profile(prediction):
+        return {"host": [0.0], "host_B": [0.0], "device": [prediction], "device_B": [0.0],
+                "B": [0.0]}
+
+    names = _sync_page_gpu_state(True)
+    for name, c in names["costs"].items():
+        c["profiled"] = [names["profiled"][name]]
+    rounds = {"original": [29.6, 29.7, 29.65, 29.8, 29.5],
+              "where": [29.3, 29.9, 29.4, 29.5, 29.6],
+              "sort": [29.9, 30.0, 29.95, 30.1, 29.8],
+              "ignore_index": [25.1, 25.2, 25.15, 25.3, 25.0]}
+    timings = {name: Timing(tuple(t / 1e3 for t in ts)) for name, ts in rounds.items()}
+    calm = {"original": [29.3, 29.46, 29.6], "where": [29.0, 29.5, 29.9],
+            "sort": [28.8, 28.9, 29.0], "ignore_index": [25.0, 25.03, 25.1]}
+    names |= _page_names(timings=timings, first=timings["original"],
+                         fixed=["where", "sort", "ignore_index"],
+                         calm={name: [profile(p) for p in ps] for name, ps in calm.items()})
+    exec(_page_code(None, "def predicted_ms"), names)
+    printed = capsys.readouterr().out
+    assert names["compared"] == ["sort", "ignore_index"] and names["disagree"] == ["sort"]
+    assert "disagree on which is faster for sort" in names["direction_verdict"].en
+    assert "(its predictions from the two versions' profiles overlap)" in printed  # where
+    assert "sort slower in every round); they disagree on which is faster." in printed
+    assert "ignore_index faster in every round)." in printed
+
+
+@pytest.mark.parametrize("case", ["every round", "mixed", "slower"])
+def test_the_pages_fix_verdict_goes_by_rounds(case, monkeypatch):
+    """fix_verdict is the paired verdict on the per-round ratios, with its false-alarm chance;
+    ranges that overlap do not make it "nothing measurable" when every round agrees."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from d2l_ext import i18n
+    from d2l_ext.utils import Timing
+
+    monkeypatch.setattr(i18n, "cjk_font", lambda: None)
+    original = [3.95, 3.70, 3.90, 3.84, 3.86]  # overlapping ranges, yet faster every round
+    final = {"every round": [3.70, 3.62, 3.72, 3.61, 3.65],
+             "mixed": [3.70, 3.85, 3.72, 3.61, 3.65],
+             "slower": [4.00, 3.90, 3.95, 3.90, 3.92]}[case]
+    timings = {"original": Timing(tuple(t / 1e3 for t in original)),
+               "ignore_index": Timing(tuple(t / 1e3 for t in final))}
+    names = _page_names(timings=timings, final="ignore_index", plt=plt)
+    exec(_page_code(None, "def ms(timing)").replace("plt.show()", "plt.close('all')"), names)
+    verdict = names["fix_verdict"]
+    if case == "every round":
+        assert not timings["ignore_index"].clearly_faster(timings["original"])
+        assert "faster than the original in every one of the 5 rounds" in verdict.en
+        assert "probability of 6%" in verdict.en and "全部 5 遍" in verdict.zh
+    elif case == "mixed":
+        assert "in 4 of the 5 rounds" in verdict.en and "cannot tell the two apart" in verdict.en
+        assert "分不出两者的快慢" in verdict.zh
+    else:
+        assert "slower than the original in every one of the 5 rounds" in verdict.en
+
+
+@pytest.mark.parametrize("queues, often", [
+    (False, [3.73, 3.70, 3.75, 3.72, 3.74]),  # a CPU: .item() waits for nothing
+    (True, [4.90, 4.85, 4.95, 4.88, 4.92]),  # slower in every round
+    (True, [4.60, 4.85, 4.70, 4.50, 4.92])])  # not in every round
+def test_the_pages_logging_verdict(queues, often, capsys):
+    """The logging verdict goes by rounds too, and on a device that queues nothing says that
+    the comparison cannot test the model; the cell does not print what the prose quotes."""
+    from d2l_ext import i18n
+    from d2l_ext.utils import Timing
+
+    rarely = [3.70, 4.65, 3.72, 4.60, 3.71] if queues else [3.72, 3.71, 3.74, 3.70, 3.73]
+    log_timings = {1: Timing(tuple(t / 1e3 for t in often)),
+                   4: Timing(tuple(t / 1e3 for t in rarely))}
+    names = _page_names(runs={1: None, 4: None}, log_syncs={1: 4, 4: 1}, log_steps=4,
+                        log_timings=log_timings, queues=queues, final="ignore_index",
+                        timings={"ignore_index": log_timings[4]},
+                        SYNC=i18n.message(en="sync", zh="同步"))
+    exec(_page_code(None, "for n in runs:"), names)
+    verdict, printed = names["log_verdict"], capsys.readouterr().out
+    assert verdict.en not in printed
+    if not queues:
+        assert "`.item()` waits for nothing" in verdict.en and "cannot test the model" in verdict.en
+        assert "检验不了模型" in verdict.zh
+    elif often[1] > rarely[1] and min(often) > 4.8:
+        assert "slower in every one of the 5 rounds" in verdict.en
+    else:
+        assert "not slower in every round" in verdict.en
+
+
+@pytest.mark.parametrize("engine_bound", [True, False])
+def test_the_pages_mxnet_gaps_explain_the_miss_of_the_version_that_never_waits(engine_bound):
+    """MXNet tab: the engine's idle time per step of no_blocking, spread over its operators,
+    is the whole of the model's miss for it; only what the waiting versions miss beyond the
+    same gaps around their extra operators is put down to their waits (numbers as in a CPU
+    run of the page). When the Python thread is the slower side, no such split is made."""
+    from d2l_ext.utils import Timing
+
+    def c(host, device, launches):
+        return {"host": [host], "device": [device], "launches": launches}
+
+    costs = {"original": c(2.75, 4.71, 200), "sort": c(3.02, 4.76, 190),
+             "no_blocking": c(2.53 if engine_bound else 5.0, 4.78, 160)}
+    profiled = {"original": 5.70, "sort": 6.05, "no_blocking": 5.19}
+    model = {"original": 4.90, "sort": 5.07, "no_blocking": 4.78 if engine_bound else 5.0}
+    one = Timing((0.005,))
+    names = _page_names(costs=costs, profiled=profiled, model=model, final="no_blocking",
+                        off={name: model[name] / profiled[name] - 1 for name in costs},
+                        timings=dict.fromkeys(costs, one), cpu_timings=dict.fromkeys(costs, one),
+                        t_host=Timing((0.0025, 0.0026)), t_host_cpu=Timing((0.0025, 0.0026)),
+                        os=__import__("os"))
+    exec(_page_code("mxnet", 'print(text_table([LOSS, d2l.message(en="host ms in the trace"'),
+         names)
+    note = names["gap_note"]
+    if engine_bound:
+        assert "idle 0.41 ms per profiled step, spread over its 160 operators" in note.en
+        assert "about 2.6 µs between two" in note.en and "the whole of its miss" in note.en
+        # original: 0.80 - 0.41 - 40 × 2.56 µs = 0.29 ms; sort: 0.98 - 0.41 - 30 × 2.56 µs
+        assert "original misses by 0.29 ms more per step, sort misses by 0.49 ms" in note.en
+        assert "唤醒 Python 线程" in note.zh
+    else:
+        assert "the engine waited for the Python thread" in note.en
+        assert "misses by" not in note.en
+    assert names["contention"].en.endswith("so it does not explain the model's misses here")
+
+
+def test_the_pages_profiler_rule_says_nothing_when_it_would_fire_by_chance(capsys):
+    """With one profile per version left (the others disturbed), the rule that a version
+    stands apart would name one by chance for sure: the note says the run cannot tell, and
+    names none."""
+    from d2l_ext.utils import Timing
+
+    def c(profiled):
+        return {"host": [4.0], "host_B": [0.0], "device": [0.0], "device_B": [0.0],
+                "B": [0.0], "profiled": [profiled]}
+
+    costs = {"original": c(5.8), "where": c(4.6), "sort": c(4.5), "ignore_index": c(4.2)}
+    timings = {name: Timing((0.004, 0.0041)) for name in costs}
+    names = _page_names(costs=costs, calm={name: [c] for name, c in costs.items()},
+                        timings=timings, t_host=Timing((0.004,)), queues=False, traced=False,
+                        fixed=["where", "sort", "ignore_index"], first=timings["original"],
+                        final="ignore_index")
+    exec(_page_code(None, "def predicted_ms"), names)
+    assert names["by_chance"] == pytest.approx(1.0)
+    assert "cannot tell whether the profiler cost any version more" in names["overhead_note"].en
+    assert "stood apart for" not in names["overhead_note"].en
+    assert "分辨不出" in names["overhead_note"].zh
