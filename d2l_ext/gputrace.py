@@ -120,7 +120,8 @@ SHIPPED: dict[str, tuple[str, str, str, str]] = {
         "facebookresearch/HolisticTraceAnalysis @ f4d0062", "MIT"),
     "nccl_rank0_sampled": (
         "nccl_rank0_sampled.trace.json.gz",
-        "GPU not named in the trace (Ampere-generation kernels: likely an A100)",
+        "GPU not named in the trace (Sm80-family kernels, recorded April 2023: most likely "
+        "an A100)",
         "facebookresearch/HolisticTraceAnalysis @ f4d0062", "MIT"),
 }
 _DATA = ("data", "gpu_traces")
@@ -516,6 +517,46 @@ def idle_spans(device_work: Iterable[Event], start_us: float | None = None,
     if reach < end:
         idle.append((reach, end))
     return [(a, b) for a, b in idle if b > a]
+
+
+@dataclass(frozen=True)
+class IdleSplit:
+    """A window's device idle time in two parts: with work launched that had not started yet
+    (``launched_us``), and with nothing launched and waiting (``empty_us``)."""
+
+    launched_us: float
+    empty_us: float
+
+    @property
+    def idle_us(self) -> float:
+        return self.launched_us + self.empty_us
+
+
+def idle_split(events: Sequence[GpuEvent], start_us: float | None = None,
+               end_us: float | None = None) -> IdleSplit:
+    """The device's idle time within the window (no kernel, copy or memset running on any
+    stream; the window as in :func:`idle_spans`), split by whether the host had launched work
+    that had not started yet (:func:`queue_depth` with ``until="start"`` above 0).
+
+    Idle time with nothing launched is a device waiting for its host. Idle time with work
+    launched waited on something else: a dependency on work of another stream or device (an
+    event, a collective waiting for other ranks), or on anything the trace does not record.
+    Only launches whose call the trace holds count.
+    """
+    series = queue_depth(launches(events), until="start")
+    times = [t for t, _ in series]
+    launched = empty = 0.0
+    for a, b in idle_spans(work(events), start_us, end_us):
+        i = bisect.bisect_right(times, a)
+        depth, t = (series[i - 1][1] if i else 0), a
+        for when, new_depth in series[i:]:
+            if when >= b:
+                break
+            launched += (when - t) if depth > 0 else 0.0
+            depth, t = new_depth, when
+        launched += (b - t) if depth > 0 else 0.0
+        empty += b - a
+    return IdleSplit(launched, empty - launched)
 
 
 class _Overlaps:

@@ -348,23 +348,23 @@ class TrainResult:
 
     def summary(self) -> str:
         """One line in the reader's language: accuracy, seconds per epoch, images/s, devices."""
-        on = self.device_names()
+        on, on_zh = self.device_names(), self.device_names("、")
         if not self.test_acc:
-            return message(en=f"no epochs trained on {on}", zh=f"在 {on} 上没有训练任何一轮")
+            return message(en=f"no epochs trained on {on}", zh=f"在 {on_zh} 上没有训练任何一轮")
         ips = sum(self.images_per_second) / len(self.images_per_second)
         acc, sec = self.test_acc[-1], self.sec_per_epoch
         return message(
             en=f"test acc {acc:.3f}, {sec:.1f} sec/epoch, {ips:.0f} images/sec on {on}",
-            zh=f"测试准确率 {acc:.3f}，每轮 {sec:.1f} 秒，每秒 {ips:.0f} 张图像，设备：{on}")
+            zh=f"测试准确率 {acc:.3f}，每轮 {sec:.1f} 秒，每秒 {ips:.0f} 张图像，设备：{on_zh}")
 
-    def device_names(self) -> str:
-        """``"cpu"`` for one device, ``"2 × cpu"`` for repeated devices, else the list:
-        ``"cpu(0), cpu(1)"``."""
+    def device_names(self, sep: str = ", ") -> str:
+        """``"cpu"`` for one device, ``"2 × cpu"`` for repeated devices, else the list joined
+        by ``sep``: ``"cpu(0), cpu(1)"`` (``"、"`` in Chinese text)."""
         if len(self.devices) == 1:
             return self.devices[0]
         if len(set(self.devices)) == 1:
             return f"{len(self.devices)} \u00d7 {self.devices[0]}"
-        return ", ".join(self.devices)
+        return sep.join(self.devices)
 
 
 class TrainProgress:

@@ -255,7 +255,16 @@ def test_the_multi_gpu_page_measures_what_the_trace_holds(monkeypatch):
         "all_to_all": (84, 4), "all_reduce": (84, 4), "_all_gather_base": (203, 2)}
     assert 0 < ns["hidden"]["all_reduce"] < ns["total"]["all_reduce"] / 2
     assert ns["hidden"]["_all_gather_base"] == 0
-    assert ns["longest"].doing == "## optimizer ##"  # "while the host ran the optimizer step"
+    # the idle time split by the launches: most of it had launched work waiting ...
+    assert [(s.launched_us, s.empty_us) for s in ns["idle_in"]] == [(205508, 123124),
+                                                                     (195561, 158391)]
+    # ... the longest gap nearly all of it: kernels on the compute stream, launched early
+    assert ns["longest_split"] == gputrace.IdleSplit(56227, 387)
+    assert len(ns["waiting"]) == 38 and ns["waiting_streams"] == [ns["compute"]]
+    assert {link.work.kind for link in ns["waiting"]} == {"kernel", "memset"}
+    assert ns["first_wait_ms"] < 1
+    assert ns["ordering"] == 0  # "none of the calls that record an event, wait or synchronise"
+    assert "calls that record an event, wait for one or synchronise: 0." in printed
     events = ns["events"]
     for link in gputrace.launches(events):  # "launched ... while gradients were accumulated"
         if link.work in ns["kernels"]["all_reduce"]:

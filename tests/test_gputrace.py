@@ -233,6 +233,17 @@ def test_gaps_and_what_the_host_did(new):
     assert g.idle_spans([], 0, 5) == [(0, 5)] and g.idle_spans([]) == []
 
 
+def test_idle_split_by_launched_work(new):
+    """Idle with work launched but not started (the call began, the work had not), and idle
+    with nothing launched: gaps (0, 20), (80, 90), (92, 110), (120, 130)."""
+    split = g.idle_split(new, 0, 130)
+    assert (split.launched_us, split.empty_us) == (10 + 5 + 10, 10 + 5 + 8 + 10)
+    assert split.idle_us == 130 - busy_time(g.work(new))
+    assert g.idle_split(new, 92, 110) == g.IdleSplit(10, 8)
+    assert g.idle_split(new, 25, 45) == g.IdleSplit(0, 0)  # k1 ran throughout
+    assert g.idle_split([], 0, 5) == g.IdleSplit(0, 5)
+
+
 def test_syncs(new, old):
     found = g.syncs(new)
     assert [(s.call.name, s.wait_us, s.device_event.name, s.idle_start_us, s.idle_end_us,
@@ -406,6 +417,21 @@ def test_real_streams_and_joins():
         both = g.overlap(events, 7, 84, step.start_us, step.end_us)
         assert both == expected and both <= min(busy[7], busy[84])
         assert both == g.overlap(events, 84, 7, step.start_us, step.end_us)
+
+
+def test_real_idle_split_of_the_nccl_trace():
+    """Most of rank 0's idle time had work launched that had not started: the longest gap of
+    step 551 had backward kernels queued through nearly all of it. The file holds no event,
+    stream-wait or synchronisation call that could say what they waited on."""
+    events = g.load("nccl_rank0_sampled")
+    splits = [g.idle_split(events, s.start_us, s.end_us) for s in g.steps(events)]
+    assert [(s.launched_us, s.empty_us) for s in splits] == [(205508, 123124), (195561, 158391)]
+    assert [s.idle_us for s in splits] == [s.idle_us for s in g.steps(events)]
+    step = g.steps(events)[0]
+    longest = g.gaps(events, step.start_us, step.end_us, top=1)[0]
+    assert g.idle_split(events, longest.start_us, longest.end_us) == g.IdleSplit(56227, 387)
+    calls = Counter(e.name for e in events if e.kind == "runtime")
+    assert calls == {"cudaLaunchKernel": 1154, "cudaMemcpyAsync": 40, "cudaMemsetAsync": 10}
 
 
 # ---------------------------------------------------------------------------------------------

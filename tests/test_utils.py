@@ -256,7 +256,7 @@ def test_summary():
     assert result.summary() == ("test acc 0.750, 3.0 sec/epoch, 1500 images/sec "
                                 "on cuda:0, cuda:1")
     assert result.summary().zh == ("测试准确率 0.750，每轮 3.0 秒，每秒 1500 张图像，"
-                                   "设备：cuda:0, cuda:1")
+                                   "设备：cuda:0、cuda:1")
 
 
 def test_train_progress_speaks_the_reader_language(monkeypatch, capsys):
@@ -267,7 +267,7 @@ def test_train_progress_speaks_the_reader_language(monkeypatch, capsys):
     progress.done()
     assert capsys.readouterr().out.splitlines() == [
         "第 1 轮：损失 1.500，训练准确率 0.400，测试准确率 0.500，10.0 秒，每秒 6000 张图像",
-        "测试准确率 0.500，每轮 10.0 秒，每秒 6000 张图像，设备：cuda:0, cuda:1",
+        "测试准确率 0.500，每轮 10.0 秒，每秒 6000 张图像，设备：cuda:0、cuda:1",
     ]
 
 
@@ -326,6 +326,8 @@ def test_train_result_summary_without_epochs_and_device_names():
     assert same.summary() == "no epochs trained on 2 \u00d7 cpu"
     mixed = utils.TrainResult(["cpu(0)", "cpu(1)"], 128, 0.2)
     assert mixed.device_names() == "cpu(0), cpu(1)"
+    assert mixed.device_names("、") == "cpu(0)、cpu(1)"
+    assert "cpu(0)、cpu(1)" in mixed.summary().zh and "cpu(0), cpu(1)" in mixed.summary().en
 
 
 def test_message_answers_in_the_reader_language(monkeypatch):
