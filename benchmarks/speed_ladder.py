@@ -20,8 +20,9 @@ in float32 and in each 16-bit format the device has natively, in the configurati
 rung that adds autocast, and prefers bf16 unless fp16 is clearly and notably faster
 (``ladder.choose_amp``). With ``--json`` every rung's timings per round, its split, one-off
 cost and compiler record, and the time-to-target runs are written, stamped with the machine;
-nothing is asserted. A GPU runner executes this in a fresh process; it is sized to finish in
-about 6 minutes on one H100.
+nothing is asserted. A GPU runner executes this in a fresh process; we size it for about
+6 minutes on one H100, an estimate from the earlier ladder's H100 run (the current one has
+not yet run on a GPU).
 
 The defaults: on a GPU all 60,000 images, d2l's batch 256, 5 rounds of 30 steps, a target
 of 0.90 within 8 epochs from 2 seeds; on a CPU the first 1,024 training and 512 test images,

@@ -123,10 +123,10 @@ def make_ladder(batch_size: int = 256, lr: float = 0.1, amp: str | None = "bf16"
         Rung(f"d2l.train, {workers} loader workers restarted each epoch", "systems",
              zh=f"d2l.train，{workers} 个加载器工作进程（每轮重启）",
              what=("the book's step: images kept as tensors, metrics summed on the device, "
-                   "copies with non_blocking=True (from pageable memory such a copy still "
-                   "waits until the device has run everything queued before it)",
+                   "copies with non_blocking=True (from pageable memory CUDA may still make "
+                   "such a copy wait for the device: its API documentation allows it)",
                    "本书的训练步：图像保存为张量，指标在设备上累加，复制时设 non_blocking=True"
-                   "（从可分页内存出发，这样的复制仍要等设备做完排在它前面的全部工作）")),
+                   "（从可分页内存出发，CUDA 仍可能让这样的复制等待设备，其 API 文档允许这样做）")),
         Rung("+ persistent workers", "systems", dict(persistent_workers=True),
              zh="+ 常驻工作进程",
              what=("the 4 worker processes are started once, not every epoch",
@@ -525,13 +525,15 @@ def conv_flops_per_second(device: torch.device | str, dtype: torch.dtype = torch
 
 def peak_flops(device: torch.device | str, measured: dict[str, float] | None = None
                ) -> tuple[float, Text, bool]:
-    """The one figure every rung's MFU is taken against, and what it is: a GPU's dense bf16
-    peak from its datasheet (:mod:`d2l_ext.datasheets`); elsewhere (a CPU, a GPU not in the
-    table) the fastest matrix product measured on the device (``measured``: FLOP/s by
-    precision, e.g. from :func:`matmul_flops_per_second`; measured here if not given), and
-    on a CPU the rate of a convolution too (:func:`conv_flops_per_second`): a reference that
-    the step's own convolutions outrun would make MFU exceed 100 %. The third value says
-    whether the figure is a datasheet's (only then is the ratio to it an MFU)."""
+    """The one figure every rung's FLOP rate is divided by, and what it is: a GPU's dense bf16
+    peak from its datasheet (:mod:`d2l_ext.datasheets`; the ratio is then an MFU); elsewhere
+    (a CPU, a GPU not in the table) the fastest rate measured on the device in any precision.
+    ``measured``: FLOP/s by name, matrix products by precision (``"fp32"``, ``"bf16"``, e.g.
+    from :func:`matmul_flops_per_second`) and convolutions as ``"conv fp32"``, ``"conv bf16"``
+    (:func:`conv_flops_per_second`); a float32 product is measured here if none is given,
+    and on a CPU a float32 convolution too unless one is given (oneDNN's convolutions can
+    outrun MKL's products: a slower reference puts the ratio above 100 %). The third value
+    says whether the figure is a datasheet's."""
     device = d2l.as_device(device)
     if device.type == "cuda":
         sheet = datasheets.for_gpu(torch.cuda.get_device_name(device))
@@ -542,15 +544,19 @@ def peak_flops(device: torch.device | str, measured: dict[str, float] | None = N
                 zh=f"{sheet.name} 数据手册上的稠密 bf16 峰值，{sheet.bf16 / 1e12:,.0f} TFLOP/s")
             return sheet.bf16, says, True
     measured = dict(measured or {"fp32": matmul_flops_per_second(device, torch.float32)})
-    if device.type == "cpu":  # oneDNN's convolutions can outrun MKL's matrix products
-        measured["conv"] = conv_flops_per_second(device)
+    if device.type == "cpu" and not any(k.startswith("conv") for k in measured):
+        measured["conv fp32"] = conv_flops_per_second(device)
     best = max(measured, key=measured.get)
-    what_en, what_zh = (("float32 convolution", "float32 卷积") if best == "conv"
-                        else (f"{best} matrix product", f"{best} 矩阵乘法"))
+    if best.startswith("conv"):
+        precision = best.split()[-1] if " " in best else "fp32"
+        what_en, what_zh = f"{precision} convolution", f"{precision} 卷积"
+    else:
+        what_en, what_zh = f"{best} matrix product", f"{best} 矩阵乘法"
     return measured[best], message(
-        en=f"the fastest rate measured on this device: the {what_en}, "
+        en=f"the fastest rate measured on this device in any precision: the {what_en}, "
            f"{measured[best] / 1e12:,.2f} TFLOP/s",
-        zh=f"这台设备上实测的最快速率：{what_zh}，{measured[best] / 1e12:,.2f} TFLOP/s"), False
+        zh=f"这台设备上各种精度中实测的最快速率：{what_zh}，"
+           f"{measured[best] / 1e12:,.2f} TFLOP/s"), False
 
 
 # ---------------------------------------------------------------- the compiler's own counters
@@ -662,11 +668,43 @@ class Runner:
         self.run.net.train()
         return correct / total
 
+    def debiased_accuracy(self) -> float:
+        """The test accuracy with each BatchNorm's running statistics freed of their start
+        values (mean 0, variance 1), which after ``n`` updates with momentum ``m`` still weigh
+        ``(1 - m) ** n`` in them; the statistics are restored afterwards. NaN where no
+        BatchNorm keeps such statistics."""
+        saved = []
+        with torch.no_grad():
+            for module in self.run.net.modules():
+                if not (isinstance(module, nn.modules.batchnorm._BatchNorm)
+                        and module.running_mean is not None and module.momentum is not None):
+                    continue
+                left = (1 - module.momentum) ** int(module.num_batches_tracked)
+                if left >= 1:
+                    continue
+                saved.append((module, module.running_mean.clone(), module.running_var.clone()))
+                module.running_mean.div_(1 - left)
+                module.running_var.sub_(left).div_(1 - left)
+        if not saved:
+            return float("nan")
+        try:
+            return self.accuracy()
+        finally:
+            with torch.no_grad():
+                for module, mean, var in saved:
+                    module.running_mean.copy_(mean)
+                    module.running_var.copy_(var)
+
 
 # ---------------------------------------------------------------- results
 FASTER, NO_GAIN, SLOWER, FAILED = utils.FASTER, utils.NO_GAIN, utils.SLOWER, "failed"
 #: Each verdict in English and Chinese.
 VERDICTS = {FASTER: "更快", NO_GAIN: "看不出收益", SLOWER: "更慢", FAILED: "失败", "": "–"}
+#: Steps per window of the split (:func:`d2l_ext.timing.split_time`): an eager step launches
+#: hundreds of kernels, and more than about 1,000 fill CUDA's launch queue, which would make
+#: the host wait behind the blocker and every step read as one that waits for the device.
+SPLIT_CALLS = 2
+
 #: A rung against the rung before it, from per-round ratios (:func:`d2l_ext.utils.paired_verdict`).
 verdict = utils.paired_verdict
 false_alarm = utils.false_alarm
@@ -858,7 +896,8 @@ def run(rungs: Sequence[Rung], device: torch.device, rounds: int = 5, steps: int
             if split:
                 try:
                     with runner.flags():
-                        result.split = timing.split_time(runner.step, device, repeats=3,
+                        result.split = timing.split_time(runner.step, device,
+                                                         calls=SPLIT_CALLS, repeats=3,
                                                          warmup=1)
                 except Exception as err:
                     result.error = f"split: {type(err).__name__}: {err}".splitlines()[0][:300]
@@ -936,6 +975,9 @@ class TargetRun:
     #: the accuracy of the training predictions of the last chunk, as the steps made them
     #: (BatchNorm in training mode); NaN for d2l's loop, which does not count them
     train_accuracy: float = float("nan")
+    #: where the target was not reached: the test accuracy at the end with BatchNorm's
+    #: running statistics freed of their start values (:meth:`Runner.debiased_accuracy`)
+    debiased_accuracy: float = float("nan")
 
 
 def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.device,
@@ -976,10 +1018,11 @@ def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.d
                     if acc >= target:
                         break
             per_step = timed / timed_steps
+            debiased = float("nan") if acc >= target else runner.debiased_accuracy()
             one = TargetRun(rung.title, seed, acc >= target, acc, done / runner.steps_per_epoch,
                             timed + warm_steps * per_step,
                             max(0.0, warm_seconds - warm_steps * per_step), done,
-                            train_acc)
+                            train_acc, debiased)
             runner._batches = None
             out.append(one)
             if verbose:
@@ -1006,10 +1049,15 @@ GROUPS = {
     "conv backward": ("convolutions, backward (both gradients)", "卷积，反向（两种梯度）"),
     "matmul": ("matrix products", "矩阵乘法"),
     "elementwise": ("normalisation and element-wise", "规范化与逐元素运算"),
+    "compiled": ("kernels the compiler generated (fused normalisation and element-wise)",
+                 "编译器生成的核函数（融合后的规范化与逐元素运算）"),
     "optimizer": ("optimizer", "优化器"),
     "other": ("other", "其他"),
 }
 _GROUP_PATTERNS = [
+    # on a CPU, Inductor's C++ kernels are not profiler events: their time is the self time
+    # of the call of the compiled graph
+    ("compiled", re.compile(r"CompiledFxGraph", re.I)),
     ("conv dgrad", re.compile(r"dgrad", re.I)),
     ("conv wgrad", re.compile(r"wgrad", re.I)),
     ("conv backward", re.compile(r"convolution_backward", re.I)),
@@ -1044,7 +1092,8 @@ def time_groups(step, device: torch.device | str, steps: int = 3) -> dict[str, f
     """Seconds per step of each group of :data:`GROUPS` over ``steps`` profiled calls of
     ``step`` (after one untimed call): on a GPU each kernel's device time by its name, so
     that cuDNN's forward, data-gradient and weight-gradient kernels separate; on a CPU each
-    operator's self time (a convolution's backward is one operator there)."""
+    operator's self time (a convolution's backward is one operator there), the kernels that
+    Inductor generated counted as the self time of the compiled graph's call ("compiled")."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
@@ -1143,24 +1192,27 @@ def table(results: Sequence[RungResult], datasheet: bool = True) -> str:
     "MFU" against a datasheet's peak, else the share of the measured reference rate."""
     columns = list(COLUMNS)
     if not datasheet:
-        columns[-1] = message(en="of ref. rate", zh="占参照速率")
+        columns[-1] = message(en="of fastest rate", zh="占最快速率")
     return text_table(columns, rows(results), FORMATS, left=1)
 
 
 def target_table(runs: Sequence[TargetRun], target: float) -> str:
-    """Each rung's runs to the target: seeds, reached, epochs, steady and one-off seconds."""
+    """Each rung's runs to the target: seeds, reached, test, training and debiased accuracy,
+    steps, epochs, steady and one-off seconds."""
     return text_table(
         [message(en="rung", zh="台阶"), message(en="seed", zh="种子"),
          message(en=f"reached {target}", zh=f"达到 {target}"),
          message(en="test acc", zh="测试准确率"),
-         message(en="train acc", zh="训练准确率"), message(en="steps", zh="步数"),
+         message(en="train acc", zh="训练准确率"),
+         message(en="debiased acc", zh="去偏后测试准确率"), message(en="steps", zh="步数"),
          message(en="epochs", zh="轮数"),
          message(en="training s", zh="训练时间（秒）"),
          message(en="one-off s", zh="一次性开销（秒）")],
         [[r.name, r.seed, message(en="yes", zh="是") if r.reached else message(en="no", zh="否"),
-          r.accuracy, _Blank() if r.train_accuracy != r.train_accuracy else r.train_accuracy,
+          r.accuracy, *(_Blank() if v != v else v
+                        for v in (r.train_accuracy, r.debiased_accuracy)),
           r.steps, r.epochs, r.steady, r.one_off] for r in runs],
-        ["", "d", "", ".3f", ".3f", ",d", ".2f", ".1f", ".1f"], left=1)
+        ["", "d", "", ".3f", ".3f", ".3f", ",d", ".2f", ".1f", ".1f"], left=1)
 
 
 #: The bar colour of each kind of rung.

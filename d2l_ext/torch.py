@@ -340,9 +340,10 @@ class _Config:
         return pin and tuning.cuda_only("pin_memory=True", device)
 
     def cuda_graphs(self, device: torch.device) -> bool:
-        """Whether the compiled model replays CUDA graphs (``compile="reduce-overhead"``
-        on a GPU), so that each step must be marked (``cudagraph_mark_step_begin``)."""
-        return self.compile == "reduce-overhead" and device.type == "cuda"
+        """Whether the compiled model replays CUDA graphs (``compile="reduce-overhead"`` or
+        ``"max-autotune"`` on a GPU), so that each step must be marked
+        (``cudagraph_mark_step_begin``)."""
+        return self.compile in tuning.CUDA_GRAPH_MODES and device.type == "cuda"
 
     def captures_step(self, device: torch.device) -> bool:
         """Whether the whole training step is replayed as one CUDA graph: asked for, and a
@@ -645,9 +646,10 @@ def _check_capture(amp: str | None, compile: str | None, schedule: str, warmup_e
     if amp == "fp16":
         raise ValueError("capture_step=True cannot keep fp16's gradient scaler, which reads a "
                          "value on the host every step: use amp='bf16' (no scaler) or None.")
-    if compile == "reduce-overhead":
+    if compile in tuning.CUDA_GRAPH_MODES:
         raise ValueError("capture_step=True records the whole step as a CUDA graph itself; "
-                         "use compile='default' (its kernels are recorded) or None.")
+                         "use compile='default' or 'max-autotune-no-cudagraphs' (their "
+                         "kernels are recorded) or None.")
     if schedule != "constant" or warmup_epochs:
         raise ValueError("capture_step=True replays the step with the learning rate it was "
                          "recorded with: use schedule='constant' and warmup_epochs=0.")
@@ -782,7 +784,8 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
       the device, shuffled and sliced there (:class:`d2l_ext.tuning.DeviceLoader`);
     * ``channels_last`` memory format for the network and its inputs;
     * ``amp="bf16"`` or ``"fp16"``: ``torch.autocast``, fp16 with a gradient scaler;
-    * ``compile="default"``, ``"max-autotune"`` or ``"reduce-overhead"`` (CUDA graphs):
+    * ``compile="default"``, ``"max-autotune-no-cudagraphs"``, or ``"reduce-overhead"`` and
+      ``"max-autotune"`` (both with CUDA graphs on a GPU):
       ``torch.compile``; the first epoch then includes the compilation. ``drop_last``
       (default: ``True`` under ``compile``, else ``False``) leaves out the last partial
       training batch, so that the compiled graph keeps one static batch shape;

@@ -35,7 +35,9 @@ import torch
 from torch import nn
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-COMPILE_MODES = ("default", "max-autotune", "reduce-overhead")
+COMPILE_MODES = ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead")
+#: The modes in which Inductor records CUDA graphs (``triton.cudagraphs``) on a GPU.
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 SCHEDULES = ("constant", "linear", "cosine")
 
 

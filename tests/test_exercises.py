@@ -228,10 +228,13 @@ def test_the_ladder_summary_follows_the_rounds(device_type, lang):
     results = made_up_ladder(device_type)
     _, names = ladder_cell("verdicts_says = d2l.message(", lang, results=results, ladder=ladder,
                            device=SimpleNamespace(type=device_type), false_alarm=0.0625,
-                           on_gpu=device_type == "cuda")
+                           on_gpu=device_type == "cuda", is_mfu=False,
+                           ladder_peak_says=message(en="the fastest rate", zh="最快速率"))
     assert names["top"].name.en == "+ torch.compile" and names["first"].name.en == "d2l's loop"
     assert names["speedup_ladder"].median == pytest.approx(0.022 / 0.009)
-    assert names["drift"] == pytest.approx(0.013 / 0.010 - 1)  # "+ data on the device"
+    # "+ data on the device", 10, 11, 13 ms: its last round against its first
+    assert names["trend"] == pytest.approx(0.013 / 0.010 - 1)
+    assert "it is not an MFU" in names["peak_sentence"].en
     says = names["verdicts_says"]
     assert "“+ data on the device”; “+ torch.compile”" in says.en and "No clear gain" in says.en
     assert "“+ channels_last（中）”" in says.zh
@@ -269,21 +272,23 @@ def test_the_fused_rung_is_checked_against_the_update_timed_alone(ratios, agrees
     verdict = ladder.NO_GAIN if agrees else ladder.SLOWER
     results = [result("d2l's loop", [0.2] * 3), result("+ bf16 autocast", [0.1] * 3),
                result("+ fused SGD", [0.1 * r for r in ratios], verdict, ratios)]
-    update_timing = {"loop": Timing((0.002,)), "foreach": Timing((0.0015,)),
-                     "fused": Timing((0.001,))}
+    ladder_update = {"loop": Timing((0.002,)), "fused": Timing((0.001,))}
     _, names = ladder_cell("verdicts_says = d2l.message(", "en", results=results, ladder=ladder,
                            device=SimpleNamespace(type="cpu"), false_alarm=0.0625,
-                           on_gpu=False, update_timing=update_timing)
+                           on_gpu=False, ladder_update=ladder_update, is_mfu=True,
+                           default_update="loop",
+                           ladder_peak_says=message(en="the peak", zh="峰值"))
     assert names["predicted"] == pytest.approx(0.99)  # 1 ms saved of a 100 ms step
     assert names["expected_false"] == pytest.approx(0.0625)  # one rung with ratios
     says = names["fused_check_says"].en
     assert "about ×0.990" in says
-    assert ("The two agree." in says) == agrees
+    assert ("The two agree" in says) == agrees
     assert ("one of the false alarms" in says) != agrees
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_the_race_to_the_target_says_who_reached_it(lang):
+@pytest.mark.parametrize("debiased", [0.93, 0.4])
+def test_the_race_to_the_target_says_who_reached_it(lang, debiased):
     pytest.importorskip("torch")
     from d2l_ext import ladder
     from d2l_ext.i18n import Text
@@ -295,15 +300,21 @@ def test_the_race_to_the_target_says_who_reached_it(lang):
     runs = [run("d2l's loop", 0, True, 30.0), run("d2l's loop", 1, True, 34.0),
             run("top", 0, True, 6.0), run("top", 1, False, 9.0)]
     big = ladder.TargetRun(Text("batch 128", "批量 128"), 0, False, 0.088, 4.0, 17.0, 0.0,
-                           32, 0.95)  # trained, but its test accuracy lags
+                           32, 0.95, debiased)  # trained, but its test accuracy lags
     runs.append(big)
     _, names = ladder_cell("def reached(name_en):", lang, target_runs=runs, target=0.9)
     says = names["race_says"]
     assert "“d2l's loop” took 32.0 s of training (median), plus 1.5 s one-off." in says.en
-    assert "“top” did not reach it in every run (best 0.900). “batch 128”" in says.en
+    assert "“top” did not reach 0.9 in every run (best 0.900). “batch 128”" in says.en
     assert "“d2l's loop（中）”训练了 32.0 秒（中位数）" in says.zh
     assert "training predictions over its last steps were right 95% of the time" in says.en
-    assert "after its 32 steps the initial variance of 1 still weighs 3% in them" in says.en
+    assert "after its 32 steps the initial statistics (mean 0, variance 1) still weigh 3%" \
+        in says.en
+    held = debiased >= 0.9
+    assert ("the initial statistics are what held the test accuracy back" in says.en) == held
+    assert ("the initial statistics are not what held it back" in says.en) != held
+    assert f"{debiased:.3f}" in says.en and f"{debiased:.3f}" in says.zh
+    assert ("拖住测试准确率的正是初始统计量" in says.zh) == held
     assert "滑动统计量" in says.zh and "；" not in says.zh.split("不过")[0]
     assert "Yet" not in says.en.split("“batch 128”")[0]  # only the rung that trained
 

@@ -162,6 +162,9 @@ class FakeRunner:
     def train_accuracy(self, since=None):
         return self.spec.get("train_acc", float("nan"))
 
+    def debiased_accuracy(self):
+        return self.spec.get("debiased", float("nan"))
+
 
 CLOCK = Clock()
 
@@ -386,7 +389,11 @@ def test_on_a_cpu_the_mfu_denominator_is_the_fastest_product_measured(monkeypatc
     assert value == 1e11 and "fp32" in text.en
     monkeypatch.setattr(ladder, "conv_flops_per_second", lambda device: 4e11)
     value, text, _ = ladder.peak_flops(CPU, measured={"fp32": 1e11})
-    assert value == 4e11 and "conv" in text.en
+    assert value == 4e11 and "fp32 convolution" in text.en and "卷积" in text.zh
+    monkeypatch.setattr(ladder, "conv_flops_per_second", lambda device: pytest.fail("measured"))
+    value, text, _ = ladder.peak_flops(CPU, measured={"fp32": 1e11, "bf16": 2e11,
+                                                      "conv fp32": 1.5e11, "conv bf16": 3e11})
+    assert value == 3e11 and "the bf16 convolution" in text.en  # given: not measured again
 
 
 def test_the_convolution_rate_is_measured():
@@ -659,6 +666,7 @@ def test_on_a_cpu_a_captured_step_warns_and_trains_as_usual(fmnist_dir):
     ("triton_poi_fused_native_batch_norm_backward_relu_0", "elementwise"),
     ("void at::native::multi_tensor_apply_kernel<...>", "optimizer"),
     ("ampere_sgemm_128x64_nn", "matmul"), ("aten::_log_softmax_backward_data", "other"),
+    ("## Call CompiledFxGraph fk3xq2tbn7mzp ##", "compiled"),  # Inductor's C++ kernels
 ])
 def test_kernels_and_operators_fall_into_their_groups(name, group):
     assert ladder.group_of(name) == group
@@ -677,6 +685,37 @@ def test_a_steps_time_by_group_on_this_cpu():
     groups = ladder.time_groups(step, CPU, steps=2)
     assert {"conv forward", "conv backward", "optimizer"} <= set(groups)
     assert all(v > 0 for v in groups.values())
+
+
+@pytest.mark.usefixtures("fmnist_dir")
+def test_debiased_accuracy_divides_out_the_start_statistics_and_restores_them(monkeypatch):
+    """After n steps with momentum 0.1 the start values (mean 0, variance 1) weigh 0.9**n
+    in BatchNorm's running statistics: evaluation sees them divided out, and the statistics
+    come back unchanged (on their own tensors, which a compiled step reads)."""
+    monkeypatch.setattr(ladder, "make_net", tiny)
+    rungs = ladder.applicable(ladder.make_ladder(16, 0.01, scales=()), CPU)
+    i = next(i for i, r in enumerate(rungs) if r.name == "+ data on the device")
+    runner = ladder.Runner(rungs[i], ladder.options(rungs, i), CPU, 48, 32, 0)
+    for _ in range(3):
+        runner.step()
+    bn = next(m for m in runner.run.net.modules() if isinstance(m, nn.BatchNorm2d))
+    mean, var = bn.running_mean, bn.running_var
+    before_mean, before_var = mean.clone(), var.clone()
+    seen = {}
+
+    def accuracy():
+        seen["mean"], seen["var"] = mean.clone(), var.clone()
+        return 0.5
+
+    monkeypatch.setattr(runner, "accuracy", accuracy)
+    assert runner.debiased_accuracy() == 0.5
+    left = 0.9 ** 3
+    torch.testing.assert_close(seen["mean"], before_mean / (1 - left))
+    torch.testing.assert_close(seen["var"], (before_var - left) / (1 - left))
+    assert bn.running_mean is mean and torch.equal(mean, before_mean)
+    assert torch.equal(var, before_var)
+    bn.num_batches_tracked.zero_()  # nothing to divide out: no answer
+    assert runner.debiased_accuracy() != runner.debiased_accuracy()
 
 
 def test_time_to_target_times_at_least_one_chunk_after_a_long_warm_up(monkeypatch):
@@ -704,3 +743,4 @@ def test_time_to_target_never_trains_past_its_epochs(monkeypatch):
     [run] = ladder.time_to_target([rung], [0], CPU, 0.99, seeds=(0,), max_epochs=1,
                                   verbose=False)
     assert run.steps == 8 and run.epochs == 1.0 and not run.reached
+    assert run.debiased_accuracy != run.debiased_accuracy  # the fake keeps no statistics

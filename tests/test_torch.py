@@ -418,10 +418,12 @@ def test_device_decisions_for_gpus_and_cpus():
     cfg.pin_memory = True
     with pytest.warns(UserWarning, match="pin_memory=True needs a CUDA GPU"):
         assert not cfg.pins_memory(cpu)
-    cfg.compile = "reduce-overhead"
-    assert cfg.cuda_graphs(cuda) and not cfg.cuda_graphs(cpu)
-    cfg.compile = "default"
-    assert not cfg.cuda_graphs(cuda)
+    for mode in ("reduce-overhead", "max-autotune"):  # Inductor's triton.cudagraphs modes
+        cfg.compile = mode
+        assert cfg.cuda_graphs(cuda) and not cfg.cuda_graphs(cpu)
+    for mode in ("default", "max-autotune-no-cudagraphs"):
+        cfg.compile = mode
+        assert not cfg.cuda_graphs(cuda)
 
 
 def test_rank_devices_one_kind_and_each_gpu_once():

@@ -16,7 +16,7 @@ import nbformat
 
 from pipeline import config
 from pipeline.config import FRAMEWORKS, BookError, repository, shown
-from pipeline.sources import PLACEHOLDER, Chapter, chapters, prose_for
+from pipeline.sources import PLACEHOLDER, Chapter, chapters, check_values, prose_for
 
 
 def install_cell(framework: str, lang: str) -> nbformat.NotebookNode:
@@ -128,6 +128,7 @@ def stale() -> list[str]:
     """Notebooks that are missing or were executed from an older chapter source."""
     problems = []
     for chapter in chapters():
+        problems += check_values(chapter)
         for framework in FRAMEWORKS:
             path = notebook_path(chapter, framework)
             want = split(chapter, framework).metadata["d2l_ext"]["code_hash"]

@@ -10,6 +10,8 @@ docstrings (:func:`check_same_code`).
 
 from __future__ import annotations
 
+import ast
+import builtins
 import io
 import re
 import tokenize
@@ -154,3 +156,60 @@ def check_same_code(versions: dict[str, Chapter]) -> None:
             if a != b:
                 raise BookError(f"code cell {i} of {chapter.path} differs from the {first} "
                                 "one (only comments and docstrings may be translated)")
+
+
+def _bound_names(source: str) -> set[str]:
+    """Every name a code cell binds (assignments, loops, definitions, imports), at any depth."""
+    lines = [ln for ln in source.split("\n") if not ln.lstrip().startswith(("!", "%"))]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _cited_names(expression: str) -> set[str]:
+    """The names an ``{{expression}}`` reads (those its own comprehensions bind aside)."""
+    tree = ast.parse(expression.strip(), mode="eval")
+    names = [n for n in ast.walk(tree) if isinstance(n, ast.Name)]
+    read = {n.id for n in names if isinstance(n.ctx, ast.Load)}
+    return read - {n.id for n in names if isinstance(n.ctx, ast.Store)}
+
+
+def check_values(chapter: Chapter) -> list[str]:
+    """Problems with the ``{{values}}`` a chapter's prose cites: one outside a framework block
+    (each framework's run gives its own values), or one that reads a name no code cell of
+    that framework binds (its run could not fill it)."""
+    problems = []
+    known = set(dir(builtins))
+    bound = {fw: set().union(*[_bound_names(c.source) for c in chapter.cells
+                               if c.kind == "code" and c.framework in (None, fw)])
+             for fw in FRAMEWORKS}
+    for cell in chapter.cells:
+        if cell.kind != "markdown":
+            continue
+        outside = FRAMEWORK_BLOCK.sub("", cell.source)
+        for m in PLACEHOLDER.finditer(outside):
+            problems.append(f"{chapter.path}: {m.group(0)} outside a framework block (values "
+                            "differ per framework: cite them inside one)")
+        for block in FRAMEWORK_BLOCK.finditer(cell.source):
+            fw, text = block.group(1), block.group(2)
+            for m in PLACEHOLDER.finditer(text):
+                try:
+                    missing = _cited_names(m.group(1)) - bound.get(fw, set()) - known
+                except SyntaxError:
+                    problems.append(f"{chapter.path}: {m.group(0)} is not a Python expression")
+                    continue
+                if missing:
+                    problems.append(f"{chapter.path}: {m.group(0)} in a {fw} block reads "
+                                    f"{', '.join(sorted(missing))}, which no {fw} code cell "
+                                    "binds")
+    return problems

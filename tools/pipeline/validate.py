@@ -60,6 +60,7 @@ CHAPTER_SECONDS = {
     "async-computation": 180,
     "multi-gpu-concise": 360,
     "tuning-tips": 600,  # the ladder: rounds of whole epochs, compilations, time to 0.90
+    # (an estimate: this version of the ladder has not run on a GPU yet)
     "host-device-sync": 300,
     "gpu-basics": 480,
     "communication": 420,
