@@ -436,7 +436,7 @@ def test_tuning_page_shows_each_framework_its_own_ladder(page, lang):
     torch_table = page.locator(".tag_torch", has_text="print(ladder.table(results")
     mxnet_ladder = page.locator(".tag_mxnet", has_text="mx_rungs = [")
     assert torch_ladder.is_visible() and not mxnet_ladder.is_visible()
-    assert {"en": "speed-up", "zh": "加速比"}[lang] in torch_table.inner_text()  # from the run
+    assert {"en": "x previous", "zh": "相对前一级"}[lang] in torch_table.inner_text()  # the run
     assert torch_table.locator("img").count() >= 1  # the bar chart
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert mxnet_ladder.is_visible() and not torch_ladder.is_visible()

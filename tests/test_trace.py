@@ -243,12 +243,12 @@ def test_the_timelines_own_texts_are_in_the_readers_language(reader, monkeypatch
     # a run that fills both editions draws English and renders the figure again in Chinese,
     # the rows' names too (tick labels would come back from their formatter when drawn)
     reader("en")
-    rows = [i18n.label(en="host: steps", zh="主机：各步"), "device"]
+    rows = [i18n.label(en="host: steps", zh="主机：各步"), "stream 7 (no label)"]
     ax = trace.plot_timeline(events, tracks=rows, start_us=0, end_us=10_000)
     with i18n.translated(ax.figure):
         ax.figure.canvas.draw()
         assert ax.get_xlabel() == "时间（毫秒）" and "无事件" in [t.get_text() for t in ax.texts]
-        assert trace.row_names(ax) == ["主机：各步", "device"]
+        assert trace.row_names(ax) == ["主机：各步", "stream 7 (no label)"]
     assert ax.get_xlabel() == "time (ms)" and trace.row_names(ax) == rows
     plt.close("all")
 
