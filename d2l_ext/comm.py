@@ -6,28 +6,36 @@ loopback interface on a CPU, NCCL with one GPU per process), returns what each r
 and names a rank that fails or hangs instead of waiting forever. ``timing`` times a
 collective across the group, every repeat between two barriers of all processes.
 ``fit_alpha_beta`` fits the latency-bandwidth model ``t = alpha + n / beta``.
+``against`` reads settings timed in interleaved rounds against a control, round by round,
+and ``apart`` says whether two settings run with several seeds differ beyond the seeds'
+spread; ``overlap_lesson``, ``buffer_lesson`` and ``reduction_lesson`` word what chapter 6's
+runs show (DDP's buckets against one bucket, a flat buffer's copies, a server's additions).
 """
 
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import pickle
 import queue as queue_module
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from d2l_ext.utils import Timing
+from d2l_ext.i18n import Text, message
+from d2l_ext.utils import Timing, paired_verdict
 
 # torch is imported inside the functions that need it: the cost model's functions
 # (fit_alpha_beta, bus_bandwidth) serve the MXNet half of the book too, without torch.
 
-__all__ = ["bus_bandwidth", "device", "fit_alpha_beta", "spawn", "timing"]
+__all__ = ["Paired", "against", "apart", "buffer_lesson", "bus_bandwidth", "device",
+           "fit_alpha_beta", "overlap_lesson", "reduction_lesson", "spawn", "timing"]
 
 
 def device() -> torch.device:  # noqa: F821 - torch is imported lazily
@@ -280,3 +288,212 @@ def bus_bandwidth(nbytes: float, seconds: float, world_size: int) -> float:
     if world_size < 1 or seconds <= 0:
         raise ValueError("world_size must be at least 1 and seconds positive.")
     return nbytes / seconds * 2 * (world_size - 1) / world_size
+
+
+# ---- reading a comparison: paired rounds, seeds -----------------------------------------
+
+@dataclass(frozen=True)
+class Paired:
+    """A setting against a control timed in the same rounds: the ratio of their times in each
+    round (``setting / control``; below 1: the setting was faster in that round)."""
+
+    ratios: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.ratios))
+
+    @property
+    def verdict(self) -> str:
+        """``"faster"`` or ``"slower"`` only if so in every round, else ``"no clear gain"``
+        (:func:`d2l_ext.utils.paired_verdict`)."""
+        return paired_verdict(self.ratios)
+
+
+def against(times: Mapping[str, Sequence[float]], control: str) -> dict[str, Paired]:
+    """Every setting in ``times`` (its seconds in each round, the rounds in the same order
+    for every setting) against ``control``, round by round."""
+    if control not in times:
+        raise ValueError(f"the control {control!r} is not among the settings {list(times)}.")
+    base = list(times[control])
+    out = {}
+    for name, seconds in times.items():
+        if name == control:
+            continue
+        if len(seconds) != len(base) or not base:
+            raise ValueError(f"{name!r} has {len(seconds)} rounds, the control {len(base)}: "
+                             "the settings must be timed in the same rounds.")
+        out[name] = Paired(tuple(t / c for t, c in zip(seconds, base)))
+    return out
+
+
+def picked_false_alarm(rounds: int, settings: int = 1) -> float:
+    """The chance of a false "faster" verdict (:func:`d2l_ext.utils.paired_verdict`) for the
+    best of ``settings`` settings, each exactly as fast as the control: one setting's
+    ratios fall below 1 in all ``rounds`` with chance 0.5**rounds; picking the best of
+    ``settings`` raises it to at most ``settings`` times that (one direction only, unlike
+    :func:`d2l_ext.utils.false_alarm`, which counts either verdict)."""
+    if rounds < 1 or settings < 1:
+        raise ValueError("rounds and settings must be at least 1.")
+    return min(1.0, settings * 0.5 ** rounds)
+
+
+def overlap_lesson(versus: Mapping[str, Paired], buckets: Mapping[str, int], rounds: int,
+                   names: Mapping[str, Text] | None = None) -> Text:
+    """What a run says about overlap: DDP with several buckets (``versus``: each setting
+    against DDP with one bucket, from :func:`against`; ``buckets``: the buckets each setting
+    all-reduced in a step) judged by the setting with the lowest median ratio. ``names`` gives
+    the settings' names in both languages (default: the keys)."""
+    several = {name: p for name, p in versus.items() if buckets.get(name, 0) > 1}
+    if not several:
+        return message(en="No setting made more than one bucket here, so this run cannot "
+                          "tell whether overlap pays.",
+                       zh="这里没有哪个设置分出了不止一个桶，所以这次运行无法判断重叠是否划算。")
+    # the settings judged "faster" first, then "no clear gain", then "slower"; the lowest
+    # median within the first group that has any
+    rank = {"faster": 0, "no clear gain": 1, "slower": 2}
+    best = min(several, key=lambda name: (rank[several[name].verdict], several[name].median))
+    p, shown = several[best], (names or {}).get(best) or message(en=best, zh=best)
+    en, zh = f'"{shown.en}" ({buckets[best]} buckets)', f"“{shown.zh}”（{buckets[best]} 个桶）"
+    if p.verdict == "faster":
+        m, chance = len(several), picked_false_alarm(rounds, len(several))
+        if m == 1:
+            odds_en = ("a setting exactly as fast as one bucket would be judged faster in "
+                       f"every round with a chance of {chance:.1%}")
+            odds_zh = f"一个与一个桶同样快的设置被误判为每个回合都更快的概率是 {chance:.1%}"
+        else:
+            odds_en = (f"were all {m} settings with several buckets exactly as fast as one "
+                       "bucket, one of them would be judged faster in every round with a "
+                       f"chance of up to about {chance:.1%}")
+            odds_zh = (f"假如分多个桶的 {m} 个设置都与一个桶同样快，其中某一个被误判为"
+                       f"每个回合都更快的概率最多约为 {chance:.1%}")
+        return message(
+            en=f"{en} was faster than DDP with one bucket in every one of "
+               f"the {rounds} rounds, by {1 - p.median:.0%} at the median: overlap paid in this "
+               f"run ({odds_en}).",
+            zh=f"{zh}在全部 {rounds} 个回合中每个回合都比只用一个桶的 DDP 快，按中位数快 "
+               f"{1 - p.median:.0%}：这次运行中，重叠带来了好处（{odds_zh}）。")
+    if p.verdict == "slower":
+        return message(
+            en=f"Even the best setting with several buckets, {en}, was slower than DDP with "
+               f"one bucket in every one of the {rounds} rounds, by {p.median - 1:.0%} at the "
+               "median: in this run, overlapping cost more than it hid.",
+            zh=f"分多个桶的设置中最好的{zh}，也在全部 {rounds} 个回合中每个回合都比只用一个桶慢，"
+               f"按中位数慢 {p.median - 1:.0%}：这次运行中，重叠的代价超过了它藏起来的通信。")
+    return message(
+        en=f"No setting with several buckets was faster than DDP with one bucket in every "
+           f"round; the best, {en}, took {p.median:.0%} of its time at the median: this run "
+           "shows no gain from overlap.",
+        zh=f"分多个桶的设置没有一个在每个回合都比只用一个桶快；其中最好的{zh}，"
+           f"按中位数是一个桶的 {p.median:.0%}：这次运行看不出重叠带来的好处。")
+
+
+def apart(a: Sequence[float], b: Sequence[float]) -> str:
+    """Two settings, each run with several seeds (``a``, ``b``: one result per seed):
+    ``"higher"`` if every result of ``a`` lies above every result of ``b``, ``"lower"`` if
+    below, else ``"within"`` (the seeds' ranges overlap: the difference lies within the
+    spread from seed to seed)."""
+    if not a or not b:
+        raise ValueError("each setting needs at least one result.")
+    if min(a) > max(b):
+        return "higher"
+    if max(a) < min(b):
+        return "lower"
+    return "within"
+
+
+def apart_chance(a: int, b: int) -> float:
+    """The chance that :func:`apart` says ``"higher"`` (or, equally, ``"lower"``) for two
+    settings with ``a`` and ``b`` results that come from one and the same continuous
+    distribution: every ordering of the ``a + b`` results is equally likely, and one of the
+    C(a + b, a) ways to choose the places of ``a``'s results puts them all on top."""
+    if a < 1 or b < 1:
+        raise ValueError("each setting needs at least one result.")
+    return 1 / math.comb(a + b, a)
+
+
+def buffer_lesson(one_buffer: float, per_tensor: float, copies: float) -> Text:
+    """What the flat buffer's two copies (``copies``: seconds per step, timed alone) say about
+    the exchange after backward as one buffer against one message per tensor (``one_buffer``,
+    ``per_tensor``: seconds per step)."""
+    ms = {"one": one_buffer * 1e3, "per": per_tensor * 1e3, "rest": (one_buffer - copies) * 1e3}
+    if one_buffer <= per_tensor:
+        return message(
+            en=f"One buffer ({ms['one']:,.1f} ms) was not slower than one message per tensor "
+               f"({ms['per']:,.1f} ms): here the messages it saved paid for its copies.",
+            zh=f"一个缓冲区（{ms['one']:,.1f} 毫秒）并不比每个张量一条消息（{ms['per']:,.1f} 毫秒）"
+               "慢：这里省下的消息抵过了它的复制。")
+    if one_buffer - copies <= per_tensor:
+        return message(
+            en=f"Without its copies, one buffer would have taken about {ms['rest']:,.1f} ms "
+               f"against {ms['per']:,.1f} ms per tensor: the copies account for all of the "
+               "difference, the one message costs no more than the many.",
+            zh=f"去掉复制，一个缓冲区大约要 {ms['rest']:,.1f} 毫秒，逐个张量是 {ms['per']:,.1f} "
+               "毫秒：差别全在复制上，一条消息并不比多条消息更费时。")
+    share = copies / (one_buffer - per_tensor)
+    return message(
+        en=f"Without its copies, one buffer would still have taken about {ms['rest']:,.1f} ms "
+           f"against {ms['per']:,.1f} ms per tensor: the copies account for {share:.0%} of the "
+           "difference, not all of it.",
+        zh=f"即使去掉复制，一个缓冲区也大约要 {ms['rest']:,.1f} 毫秒，逐个张量是 {ms['per']:,.1f} "
+           f"毫秒：复制只占差别的 {share:.0%}，不是全部。")
+
+
+def reduction_lesson(k: int, server: Timing, ring: Timing, server_add: Timing,
+                     ring_add: Timing) -> Text:
+    """The reduction load of the two hand-written all-reduces of chapter 6's MXNet tab, from
+    one run's timings, judged by their ranges (:meth:`Timing.clearly_faster`), not their
+    medians alone: the whole all-reduce in the server pattern and in the ring (``server``,
+    ``ring``), and their additions timed alone (``server_add``: the k - 1 additions into one
+    context's array; ``ring_add``: the same number of elements added in k arrays, one per
+    context). What the run cannot tell apart from the spread it says it cannot tell; causes
+    it did not time apart it names as candidates."""
+    ms = {"server": server.median * 1e3, "ring": ring.median * 1e3,
+          "sa": server_add.median * 1e3, "ra": ring_add.median * 1e3}
+    ms["saved"], ms["lead"] = ms["sa"] - ms["ra"], ms["server"] - ms["ring"]
+    head_en = (f"With {k} contexts the ring took {ms['ring']:,.2f} ms against "
+               f"{ms['server']:,.2f} ms for the server pattern (medians)")
+    head_zh = (f"{k} 个上下文时，环形用了 {ms['ring']:,.2f} 毫秒，"
+               f"服务器式用了 {ms['server']:,.2f} 毫秒（中位数）")
+    times = "time" if k == 2 else "times"
+    adds_en = (f"the server pattern adds the whole array {k - 1} {times} into context 0's "
+               f"array, one addition after the other ({ms['sa']:,.2f} ms, timed alone), "
+               f"while the ring's additions are spread over the {k} contexts "
+               f"({ms['ra']:,.2f} ms alone)")
+    adds_zh = (f"服务器式要把整个数组加 {k - 1} 次，都写到上下文 0 的数组上，只能一次接一次地执行"
+               f"（单独计时 {ms['sa']:,.2f} 毫秒），而环形的加法分散在 {k} 个上下文上"
+               f"（单独计时 {ms['ra']:,.2f} 毫秒）")
+    if not ring_add.clearly_faster(server_add):
+        if server_add.clearly_faster(ring_add):
+            return message(
+                en=f"{head_en}. Spreading the additions cost time here, in every timing: "
+                   f"{adds_en}.",
+                zh=f"{head_zh}。把加法分散开在这里反而费时，每次计时都是如此：{adds_zh}。")
+        return message(
+            en=f"{head_en}. The additions' timings overlap, so this run cannot tell whether "
+               f"spreading them saves time: {adds_en}.",
+            zh=f"{head_zh}。两种加法的计时范围相互重叠，所以这次运行无法判断把加法分散开能否省时："
+               f"{adds_zh}。")
+    if ring.clearly_faster(server):
+        share = min(1.0, ms["saved"] / ms["lead"])
+        return message(
+            en=f"{head_en}, faster in every timing; the additions alone, also apart in every "
+               f"timing, account for about {share:.0%} of the {ms['lead']:,.2f} ms lead at the "
+               f"medians: {adds_en}, {ms['saved']:,.2f} ms less. The ring spreads the "
+               "reduction load; the server carries all of it.",
+            zh=f"{head_zh}，每次计时环都更快；单独给加法计时，两者也在每次计时中都分得开，按中位数"
+               f"它们约占这 {ms['lead']:,.2f} 毫秒领先的 {share:.0%}：{adds_zh}，少了 "
+               f"{ms['saved']:,.2f} 毫秒。环把归约的计算量分散开了，服务器则要独自承担全部。")
+    if server.clearly_faster(ring):
+        return message(
+            en=f"{head_en}: {adds_en}, {ms['saved']:,.2f} ms less in every timing, but the "
+               "ring was still slower in every timing; the remaining candidate, not timed "
+               "apart here, is the rest of its work, its many smaller copies.",
+            zh=f"{head_zh}：{adds_zh}，每次计时都少了约 {ms['saved']:,.2f} 毫秒，但环在每次计时中"
+               "仍然更慢；剩下的可能原因（这里没有单独计时）是环的其余工作，也就是它那许多更小的复制。")
+    return message(
+        en=f"{head_en}: {adds_en}, {ms['saved']:,.2f} ms less in every timing, but the whole "
+           "all-reduces' timings overlap, so this run cannot tell whether that saving made "
+           "the ring faster.",
+        zh=f"{head_zh}：{adds_zh}，每次计时都少了约 {ms['saved']:,.2f} 毫秒，但两种完整全归约的"
+           "计时范围相互重叠，所以这次运行无法判断这点节省是否让环更快了。")

@@ -156,6 +156,30 @@ def busy_time(events: Iterable[Event], start_us: float | None = None,
     return total
 
 
+def overlap_time(events: Iterable[Event], others: Iterable[Event],
+                 start_us: float | None = None, end_us: float | None = None) -> float:
+    """The time (microseconds) during which at least one of ``events`` and at least one of
+    ``others`` run at once, within the window (default: unbounded): e.g. the time that
+    communication threads spent while the main thread computed the backward pass.
+
+    Each side counts its own overlapping events once (:func:`busy_time`), so the result is
+    at most the busy time of either side: busy(a) + busy(b) - busy(a and b together).
+    """
+    a, b = list(events), list(others)
+    both = (busy_time(a, start_us, end_us) + busy_time(b, start_us, end_us)
+            - busy_time(a + b, start_us, end_us))
+    return max(0.0, both)
+
+
+def by_track(events: Iterable[Event]) -> dict[str, list[Event]]:
+    """The events grouped by their track (a host thread, a device stream), in order of each
+    track's first event: one row per thread, so that two threads' events never share one."""
+    rows: dict[str, list[Event]] = {}
+    for e in sorted(events, key=lambda ev: ev.start_us):
+        rows.setdefault(e.track, []).append(e)
+    return rows
+
+
 def row_names(ax) -> list[str]:
     """The names of the rows of a timeline drawn by :func:`plot_timeline` on ``ax``, top
     first."""

@@ -8,10 +8,17 @@ them from this module) and the sizes are tiny.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import multiprocessing
 import os
+import re
 import signal
+import sys
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -19,7 +26,7 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 from d2l_ext import comm  # noqa: E402
-from d2l_ext.utils import Timing  # noqa: E402
+from d2l_ext.utils import Timing, message  # noqa: E402
 
 HOOKS = ["none", "fp16", "PowerSGD rank 1"]
 LENGTHS = [1, 2, 3, 7, 1000]
@@ -79,6 +86,20 @@ def _timed(rank, world_size, sleep, repeats, iters, warmup):
             time.sleep(sleep)
 
     return comm.timing(op, repeats, iters, warmup), len(calls)
+
+
+def _timed_by_own_clock(rank, world_size, ticks, repeats, iters):
+    """comm.timing in a rank whose clock advances by ``ticks[rank]`` at every reading, so that
+    each of this rank's own timings is exactly ``ticks[rank] / iters`` per call. (The barriers
+    make real ranks' times nearly equal; a clock of each rank's own tells them apart.)"""
+    clock = {"now": 0.0}
+
+    def perf_counter():
+        clock["now"] += ticks[rank]
+        return clock["now"]
+
+    comm.time = SimpleNamespace(perf_counter=perf_counter)  # this forked rank's module only
+    return comm.timing(lambda: None, repeats, iters, warmup=0)
 
 
 def _all_reduce_checks(rank, world_size, lengths):
@@ -221,6 +242,42 @@ def test_timing_gives_every_rank_the_slowest_ranks_times():
     assert calls0 == calls1 == warmup + repeats * iters
 
 
+@pytest.mark.parametrize("warmup, repeats, iters", [(None, 1, 1), (2, 3, 2), (0, 2, 3)])
+def test_timing_warms_up_then_times_each_repeat_between_barriers(monkeypatch, warmup,
+                                                                 repeats, iters):
+    """The order of the calls, as kvstore.timing's test checks it: ``warmup`` calls of ``op``
+    (one by default) before the first barrier, then for each repeat a barrier, ``iters`` calls
+    and another barrier; each time is per call, read from the clock at the barriers. (A
+    call count alone would pass with the warm-up after the first barrier.)"""
+    import torch.distributed as torch_dist
+
+    events: list[str] = []
+    clock = {"now": 0.0}
+
+    def perf_counter():
+        clock["now"] += 1.0  # one second between any two readings
+        return clock["now"]
+
+    monkeypatch.setattr(torch_dist, "barrier", lambda: events.append("barrier"))
+    monkeypatch.setattr(torch_dist, "all_reduce", lambda tensor, op=None: None)  # one rank
+    monkeypatch.setattr(comm, "time", SimpleNamespace(perf_counter=perf_counter))
+    kwargs = {} if warmup is None else {"warmup": warmup}
+    t = comm.timing(lambda: events.append("op"), repeats=repeats, iters=iters, **kwargs)
+    expected = ["op"] * (1 if warmup is None else warmup)
+    expected += (["barrier"] + ["op"] * iters + ["barrier"]) * repeats
+    assert events == expected
+    assert t.times == (1.0 / iters,) * repeats
+
+
+def test_timing_reports_the_slowest_rank_not_the_fastest():
+    """Each rank's own timings differ (rank 1's clock runs fastest); every rank must get rank
+    1's, the slowest, per call."""
+    ticks, repeats, iters = [1.0, 3.0, 2.0], 2, 4
+    timings = comm.spawn(_timed_by_own_clock, 3, ticks, repeats, iters)
+    for t in timings:
+        assert isinstance(t, Timing) and t.times == (max(ticks) / iters,) * repeats
+
+
 @pytest.mark.parametrize("repeats, iters", [(0, 1), (1, 0), (-1, 1)])
 def test_timing_rejects_fewer_than_one_repeat_or_call(repeats, iters):
     with pytest.raises(ValueError, match="at least 1"):
@@ -354,3 +411,73 @@ def test_the_pages_hooks_train_and_fp16_stays_close(trained):
     for hook in HOOKS:
         assert _largest_difference(runs[hook]["params"], trained[2][1]["hooks"][hook]["params"]
                                    ) == 0
+
+
+# ---- exercise 4: the check cell of the reader's recursive doubling ------------------------
+
+DOUBLING = '''
+import torch
+import torch.distributed as dist
+
+
+def recursive_doubling_all_reduce(x):
+    rank, k = dist.get_rank(), dist.get_world_size()
+    incoming = torch.empty_like(x)
+    step = 1
+    while step < k:
+        requests = [dist.isend(x, rank ^ step), dist.irecv(incoming, rank ^ step)]
+        for request in requests:
+            request.wait()
+        x {op} incoming
+        step *= 2
+    return x
+'''
+
+
+@pytest.fixture(scope="module")
+def exercise_4(comm_lab, tmp_path_factory):
+    """``exercise_4(script, answer, lang)``: what the page's check cell of exercise 4 prints
+    when the reader's doubling.py is ``script`` and its first line is ``answer``."""
+    page = (Path(__file__).resolve().parents[1] / "chapters" / "en" / "communication.md"
+            ).read_text(encoding="utf-8")
+    cells = re.findall(r"^written = False  # exercise 4.*?(?=^```)", page, re.S | re.M)
+    assert len(cells) == 1
+    folder = tmp_path_factory.mktemp("doubling")
+    sys.path.insert(0, str(folder))
+    versions = []
+
+    def check(script: str, answer: str = "written = True", lang: str = "en") -> str:
+        path = folder / "doubling.py"
+        path.write_text(script, encoding="utf-8")
+        versions.append(script)
+        stamp = time.time() + len(versions)  # a new modification time for each version: the
+        os.utime(path, (stamp, stamp))  # import system's cached bytecode is keyed by it
+        lines = cells[0].splitlines()
+        lines[0] = answer
+        out = io.StringIO()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("D2L_LANG", lang)
+            with contextlib.redirect_stdout(out):
+                exec("\n".join(lines), {"d2l": SimpleNamespace(message=message), "comm": comm,
+                                        "comm_lab": comm_lab, "importlib": importlib})
+        return out.getvalue()
+
+    yield check
+    sys.path.remove(str(folder))
+    sys.modules.pop("doubling", None)
+
+
+def test_exercise_4_accepts_a_right_recursive_doubling(exercise_4):
+    assert exercise_4(DOUBLING.format(op="+=")).startswith("Correct")
+    assert exercise_4(DOUBLING.format(op="+="), lang="zh").startswith("正确")
+
+
+def test_exercise_4_rejects_a_wrong_one_without_showing_the_answer(exercise_4):
+    wrong = exercise_4(DOUBLING.format(op="-="))  # subtracts the partner's tensor
+    assert wrong.startswith("Not quite") and "rank(s)" in wrong and "isend" not in wrong
+
+
+def test_exercise_4_names_the_error_of_the_unwritten_stub(exercise_4, chapter_script):
+    stub = exercise_4(chapter_script("communication", "doubling.py"))
+    assert stub.startswith("Not quite") and "NotImplementedError" in stub
+    assert exercise_4("", answer="written = False", lang="zh").startswith("练习 4")

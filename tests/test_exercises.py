@@ -763,6 +763,48 @@ def test_communication_exercise_2_ring_and_server_times():
     assert run(cell, "ring_ms, server_ms = None, None").startswith("Exercise 2")
 
 
+def test_communication_exercise_3_mxnet_checks_recursive_doubling(numpy_too_new):
+    """The reader's recursive doubling over contexts, checked against the device kvstore: a
+    right one passes, one that adds a partner's array already summed in this step fails, the
+    unwritten stub is named by its error; no message shows the answer."""
+    if numpy_too_new:
+        pytest.skip("MXNet 1.9.1 needs numpy < 1.24")
+    mx = pytest.importorskip("mxnet")
+    from mxnet import np, npx
+
+    npx.set_np()
+    cell = check_cell("communication", "# exercise 3: True once", "mxnet")
+
+    def integer_data(n, contexts, seed=0):
+        return [np.random.randint(-100, 100, size=n, ctx=c).astype("float32") for c in contexts]
+
+    def doubling(data, copy_first=True):
+        step = 1
+        while step < len(data):
+            if copy_first:
+                partners = [data[i ^ step].copyto(x.ctx) for i, x in enumerate(data)]
+                for x, partner in zip(data, partners):
+                    x[:] += partner
+            else:  # adds what the partner may already have changed in this step
+                for i, x in enumerate(data):
+                    x[:] += data[i ^ step].copyto(x.ctx)
+            step *= 2
+
+    def stub(data):
+        raise NotImplementedError("exercise 3: write this function")
+
+    names = {"mx": mx, "np": np, "npx": npx, "integer_data": integer_data}
+    right = run(cell, "written = True", allreduce_doubling=doubling, **names)
+    assert right.startswith("Correct")
+    assert run(cell, "written = True", "zh", allreduce_doubling=doubling, **names
+               ).startswith("正确")
+    wrong = run(cell, "written = True",
+                allreduce_doubling=lambda d: doubling(d, copy_first=False), **names)
+    assert wrong.startswith("Not quite") and "context(s)" in wrong and "copyto" not in wrong
+    assert "NotImplementedError" in run(cell, "written = True", allreduce_doubling=stub, **names)
+    assert run(cell, "written = False", "zh", **names).startswith("练习 3")
+
+
 # ------------------------------------------------------------ memory
 def test_memory_exercise_1_state_in_gb_and_per_process():
     cell = check_cell("memory", "exercise 1")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -141,6 +142,43 @@ def test_timing_refuses_bad_counts():
     for bad in (dict(repeats=0), dict(iters=0), dict(warmup=-1)):
         with pytest.raises(ValueError, match="at least"):
             kvstore.timing(None, lambda: None, **bad)
+
+
+class _RecordingStore:
+    """A stand-in for a kvstore that records its barriers among the events."""
+
+    def __init__(self, events: list[str]):
+        self.events = events
+
+    def _barrier(self) -> None:
+        self.events.append("barrier")
+
+
+@pytest.mark.parametrize("warmup, repeats, iters", [(None, 1, 1), (2, 3, 2), (0, 2, 3)])
+def test_timing_warms_up_then_times_each_repeat_between_barriers(monkeypatch, warmup,
+                                                                 repeats, iters):
+    """The order of the calls: ``warmup`` calls of ``op`` (one by default) before any barrier,
+    then for each repeat a barrier (drain the queue, then the workers' barrier), ``iters``
+    calls and another barrier; each time is per call, read from the clock at the barriers."""
+    from mxnet import npx
+
+    events: list[str] = []
+    clock = {"now": 0.0}
+
+    def perf_counter():
+        clock["now"] += 1.0  # one second between any two readings
+        return clock["now"]
+
+    monkeypatch.setattr(npx, "waitall", lambda: events.append("waitall"))
+    monkeypatch.setattr(kvstore, "time", SimpleNamespace(perf_counter=perf_counter))
+    kwargs = {} if warmup is None else {"warmup": warmup}
+    times = kvstore.timing(_RecordingStore(events), lambda: events.append("op"),
+                           repeats=repeats, iters=iters, **kwargs)
+    barrier = ["waitall", "barrier"]
+    expected = ["op"] * (1 if warmup is None else warmup)
+    expected += (barrier + ["op"] * iters + barrier) * repeats
+    assert events == expected
+    assert times == [1.0 / iters] * repeats
 
 
 def test_free_port_is_free():

@@ -268,3 +268,50 @@ def test_bars_can_carry_a_text_of_their_own_that_must_fit():
     ax = trace.plot_timeline(events, start_us=0, end_us=10_000, text=lambda e: texts[e.name])
     assert [t.get_text() for t in bar_texts(ax)] == ["前向传播", texts["update"]]
     plt.close("all")
+
+
+def test_overlap_time_of_two_sides_counts_each_side_once():
+    backward = [trace.Event("layer 3", "main", 0, 10), trace.Event("layer 2", "main", 12, 8),
+                trace.Event("inside layer 2", "main", 14, 2)]  # nested: no extra time
+    reduces = [trace.Event("bucket 1", "gloo 1", 5, 10),  # 5-15: 5 + 3 within backward
+               trace.Event("bucket 2", "gloo 2", 8, 4),  # inside bucket 1: counted once
+               trace.Event("bucket 3", "gloo 1", 25, 5)]  # after backward: disjoint
+    assert trace.overlap_time(reduces, backward) == 8
+    assert trace.overlap_time(backward, reduces) == 8  # symmetric
+    assert trace.busy_time(reduces) == 15 and sum(e.duration_us for e in reduces) == 19
+    assert trace.overlap_time(reduces, backward, start_us=6, end_us=13) == 4 + 1
+    assert trace.overlap_time(reduces[2:], backward) == 0  # disjoint
+    assert trace.overlap_time(reduces, []) == 0 and trace.overlap_time([], []) == 0
+    inner = [trace.Event("x", "a", 2, 3)]  # nested in one event of the other side
+    assert trace.overlap_time(inner, [trace.Event("y", "b", 0, 100)]) == 3
+
+
+def test_one_row_per_thread_with_its_own_busy_time(tmp_path):
+    """A DDP step as torch's profiler writes it: the main thread, and gloo's all-reduces on
+    two worker threads that run at the same time."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = write(tmp_path, [
+        {"ph": "X", "name": "autograd::engine::evaluate_function: AddmmBackward0",
+         "cat": "cpu_op", "ts": 0, "dur": 40, "pid": 1, "tid": 1},
+        {"ph": "X", "name": "gloo:all_reduce", "cat": "cpu_op", "ts": 10, "dur": 30,
+         "pid": 1, "tid": 21},
+        {"ph": "X", "name": "gloo:all_reduce", "cat": "cpu_op", "ts": 20, "dur": 30,
+         "pid": 1, "tid": 22},
+        {"ph": "X", "name": "gloo:all_reduce", "cat": "cpu_op", "ts": 60, "dur": 10,
+         "pid": 1, "tid": 21},
+    ])
+    events = trace.load_trace(path)
+    rows = trace.by_track(events)
+    assert list(rows) == ["CPU thread 1", "CPU thread 21", "CPU thread 22"]
+    assert [len(r) for r in rows.values()] == [1, 2, 1]
+    reduces = [e for e in events if e.name == "gloo:all_reduce"]
+    assert {t: trace.busy_time(r) for t, r in rows.items() if t != "CPU thread 1"} == {
+        "CPU thread 21": 40, "CPU thread 22": 30}
+    assert trace.busy_time(reduces) == 50  # 10-50 and 60-70, not 30 + 30 + 10
+    assert trace.overlap_time(reduces, rows["CPU thread 1"]) == 30  # 10-40
+    ax = trace.plot_timeline(events, tracks=list(rows))
+    assert trace.row_names(ax) == list(rows)  # each thread on a row of its own
+    plt.close("all")

@@ -47,7 +47,7 @@ def english_runs(text: str) -> list[str]:
     for line in text.splitlines():
         if TOOL_LINE.match(line):
             continue
-        line = re.sub(r"`[^`]*`|'[^']*'|\"[^\"]*\"", " ", line)  # quoted names
+        line = re.sub(r"`[^`]*`|'[^']*'|\"[^\"]*\"|“[^”]*”", " ", line)  # quoted names, quotes
         line = re.sub(r"\b\w+(Error|Exception|Warning): .*", " ", line)  # a quoted error
         line = re.sub(r"\b\w+(\.\w+)+(\(\))?", " ", line)  # dotted API names, file names
         found += [m.group(0) for m in ENGLISH_RUN.finditer(line)
@@ -58,6 +58,7 @@ def english_runs(text: str) -> list[str]:
 def test_the_detector_finds_sentences_and_spares_code_and_tools():
     assert english_runs("the run was faster than before") == ["the run was faster than before"]
     assert english_runs("批量 32：759.2 ms（716.7–928.9）") == []
+    assert english_runs("不能：“compile with USE_NCCL=1 to use nccl”") == []  # a quoted message
     assert english_runs("FutureWarning: `torch.cuda.amp.autocast(args...)` is deprecated") == []
     assert english_runs("用 torch.nn.parallel.scatter 与 d2l_ext.parallel.gather 拼起来") == []
     assert english_runs("Writing hogwild.py") == []

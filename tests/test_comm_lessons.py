@@ -1,0 +1,201 @@
+"""d2l_ext.comm's readings of a comparison (against, overlap_lesson, apart): the branches of
+the communication chapter's sentences, on scripted times (no timing is measured here)."""
+
+import pytest
+
+from d2l_ext import comm
+from d2l_ext.i18n import message
+from d2l_ext.utils import Timing
+
+ONE = "DDP, one bucket"
+
+
+@pytest.fixture(autouse=True)
+def english(monkeypatch):
+    monkeypatch.delenv("D2L_CAPTURE", raising=False)
+    monkeypatch.setenv("D2L_LANG", "en")
+
+
+def test_against_pairs_each_round_with_the_controls_round():
+    times = {ONE: [1.0, 2.0, 4.0], "k": [0.5, 1.5, 3.0], "drifting": [1.1, 2.2, 4.4]}
+    versus = comm.against(times, ONE)
+    assert list(versus) == ["k", "drifting"]
+    assert versus["k"].ratios == (0.5, 0.75, 0.75) and versus["k"].median == 0.75
+    assert versus["k"].verdict == "faster"  # faster in every round, despite the drift
+    assert versus["drifting"].verdict == "slower"
+    assert comm.against({ONE: [1.0, 1.0], "k": [0.9, 1.1]}, ONE)["k"].verdict == "no clear gain"
+    with pytest.raises(ValueError, match="control"):
+        comm.against(times, "missing")
+    with pytest.raises(ValueError, match="same rounds"):
+        comm.against({ONE: [1.0, 2.0], "k": [1.0]}, ONE)
+
+
+def lesson(times, buckets, rounds=3, names=None):
+    return comm.overlap_lesson(comm.against(times, ONE), buckets, rounds, names)
+
+
+def test_overlap_lesson_credits_overlap_only_when_every_round_shows_it():
+    buckets = {"few": 3, "many": 6, ONE: 1}
+    won = lesson({ONE: [1.0, 1.0, 1.0], "few": [0.8, 0.9, 0.7], "many": [0.95, 1.2, 0.9]},
+                 buckets)
+    assert '"few" (3 buckets) was faster' in won and "by 20% at the median" in won
+    # two settings with several buckets: picking the best of 2 doubles one's 0.5**3
+    assert f"{comm.picked_false_alarm(3, 2):.1%}" in won and "overlap paid" in won
+    assert "up to about 25.0%" in won and "最多约为 25.0%" in won.zh
+    assert "“few”（3 个桶）" in won.zh and "重叠带来了好处" in won.zh
+    tie = lesson({ONE: [1.0, 1.0, 1.0], "few": [0.8, 1.1, 0.7], "many": [1.0, 1.2, 0.9]},
+                 buckets)
+    assert "no gain from overlap" in tie and '"few" (3 buckets)' in tie
+    assert "80% of its time" in tie and "看不出重叠带来的好处" in tie.zh
+    lost = lesson({ONE: [1.0, 1.0, 1.0], "few": [1.3, 1.1, 1.2], "many": [1.5, 1.4, 1.6]},
+                  buckets)
+    assert "was slower than DDP with one bucket in every one of the 3 rounds" in lost
+    assert '"few"' in lost and "by 20%" in lost and "代价超过" in lost.zh
+
+
+def test_overlap_lesson_prefers_a_setting_faster_in_every_round_to_a_lower_median():
+    # "few" has the lower median but lost one round; "many" won every round
+    times = {ONE: [1, 1, 1], "few": [0.5, 1.05, 0.5], "many": [0.9, 0.9, 0.9]}
+    versus = comm.against(times, ONE)
+    assert versus["few"].verdict == "no clear gain" and versus["many"].verdict == "faster"
+    text = lesson(times, {"few": 3, "many": 6})
+    assert '"many" (6 buckets) was faster' in text and "overlap paid" in text
+    assert "No setting" not in text and "“many”（6 个桶）" in text.zh
+    # with nothing faster, a tie is preferred to a setting slower in every round
+    tie = lesson({ONE: [1, 1, 1], "few": [0.5, 1.05, 0.5], "many": [1.1, 1.1, 1.1]},
+                 {"few": 3, "many": 6})
+    assert '"few" (3 buckets)' in tie and "no gain from overlap" in tie
+
+
+def test_picked_false_alarm_counts_one_direction_and_the_settings_picked_from():
+    assert comm.picked_false_alarm(5) == 0.5 ** 5
+    assert comm.picked_false_alarm(5, 3) == 3 * 0.5 ** 5
+    assert comm.picked_false_alarm(1, 4) == 1.0
+    with pytest.raises(ValueError):
+        comm.picked_false_alarm(0)
+
+
+def test_overlap_lesson_ignores_settings_that_made_one_bucket():
+    times = {ONE: [1.0, 1.0], "default": [0.5, 0.5], "small": [0.9, 1.1]}
+    # "default" made one bucket too (a small model): it cannot show overlap, however fast
+    text = lesson(times, {"default": 1, "small": 4}, rounds=2)
+    assert '"small" (4 buckets)' in text and "no gain" in text
+    none = lesson(times, {"default": 1, "small": 1}, rounds=2)
+    assert "cannot tell whether overlap pays" in none and "无法判断" in none.zh
+
+
+def test_overlap_lesson_names_the_setting_in_the_readers_language(monkeypatch):
+    names = {"small": message(en="DDP, bucket_cap_mb=1", zh="DDP，bucket_cap_mb=1")}
+    text = lesson({ONE: [1.0], "small": [0.5]}, {"small": 2}, rounds=1, names=names)
+    assert '"DDP, bucket_cap_mb=1" (2 buckets)' in text.en
+    assert "“DDP，bucket_cap_mb=1”（2 个桶）" in text.zh
+    monkeypatch.setenv("D2L_LANG", "zh")
+    zh = str(lesson({ONE: [1.0], "small": [0.5]}, {"small": 2}, 1, names))
+    assert zh.startswith("“DDP，bucket_cap_mb=1”（2 个桶）在全部 1 个回合中")
+
+
+def test_apart_chance_is_one_ordering_among_the_ways_to_place_the_results():
+    assert comm.apart_chance(3, 3) == pytest.approx(1 / 20)  # 2/C(6,3) = 10% either way
+    assert comm.apart_chance(2, 2) == pytest.approx(1 / 6)
+    assert comm.apart_chance(1, 4) == pytest.approx(1 / 5)
+    with pytest.raises(ValueError):
+        comm.apart_chance(0, 3)
+
+
+def test_apart_reads_a_difference_against_the_seeds_spread():
+    assert comm.apart([0.60, 0.58], [0.50, 0.55]) == "higher"
+    assert comm.apart([0.40, 0.45], [0.50, 0.55]) == "lower"
+    assert comm.apart([0.52, 0.60], [0.50, 0.55]) == "within"  # the ranges overlap
+    assert comm.apart([0.5], [0.5]) == "within"
+    with pytest.raises(ValueError):
+        comm.apart([], [0.5])
+
+
+def test_buffer_lesson_reads_the_copies_against_the_difference():
+    not_slower = comm.buffer_lesson(0.090, 0.100, 0.020)
+    assert "was not slower" in not_slower and "90.0 ms" in not_slower and "抵过" in not_slower.zh
+    explained = comm.buffer_lesson(0.118, 0.102, 0.030)  # 118 - 30 = 88 <= 102
+    assert "about 88.0 ms against 102.0 ms" in explained and "all of the difference" in explained
+    assert "差别全在复制上" in explained.zh
+    partly = comm.buffer_lesson(0.118, 0.102, 0.004)  # 4 of the 16 ms
+    assert "still have taken about 114.0 ms" in partly and "25% of the difference" in partly
+    assert "25%" in partly.zh and "不是全部" in partly.zh
+
+
+def _t(*ms):
+    return Timing(tuple(m / 1e3 for m in ms))
+
+
+def test_reduction_lesson_judges_by_ranges_and_names_the_share_only_when_apart():
+    lead = comm.reduction_lesson(4, server=_t(27, 28, 29), ring=_t(21, 22, 23),
+                                 server_add=_t(11, 12, 13), ring_add=_t(5, 6, 7))
+    assert "ring took 22.00 ms against 28.00 ms" in lead and "about 100% of the 6.00 ms" in lead
+    assert "adds the whole array 3 times" in lead and "12.00 ms, timed alone" in lead
+    assert "6.00 ms less" in lead
+    assert "reduction load" in lead and "归约的计算量" in lead.zh
+    partly = comm.reduction_lesson(4, server=_t(27, 28, 29), ring=_t(19, 20, 21),
+                                   server_add=_t(9.8, 10, 10.2), ring_add=_t(7.8, 8, 8.2))
+    assert "about 25% of the 8.00 ms lead" in partly  # 2 of the 8 ms
+    behind = comm.reduction_lesson(4, server=_t(19, 20, 21), ring=_t(23, 24, 25),
+                                   server_add=_t(11, 12, 13), ring_add=_t(5, 6, 7))
+    assert "still slower" in behind and "remaining candidate" in behind
+    assert "可能原因" in behind.zh
+    unclear = comm.reduction_lesson(4, server=_t(20, 22, 24), ring=_t(19, 21, 23),
+                                    server_add=_t(11, 12, 13), ring_add=_t(5, 6, 7))
+    assert "cannot tell whether that saving" in unclear and "无法判断" in unclear.zh
+    worse = comm.reduction_lesson(2, server=_t(10, 11, 12), ring=_t(9, 10, 11),
+                                  server_add=_t(3, 4, 4.5), ring_add=_t(5, 6, 7))
+    assert "cost time here" in worse and "adds the whole array 1 time into" in worse
+
+
+def test_reduction_lesson_says_it_cannot_tell_within_the_spread():
+    # the review's case: 0.386 against 0.384 ms, ranges overlapping: no conclusion drawn
+    text = comm.reduction_lesson(4, server=_t(1.40, 1.46, 1.50), ring=_t(1.05, 1.10, 1.15),
+                                 server_add=_t(0.34, 0.386, 0.45), ring_add=_t(0.38, 0.384, 0.44))
+    assert "cannot tell whether spreading them saves time" in text
+    assert "lead" not in text and "reduction load" not in text
+    assert "无法判断" in text.zh
+
+
+# ---- the page's overlap experiment, tiny, in real process groups (no timing asserted) ----
+
+@pytest.fixture(scope="module")
+def overlap_lab(chapter_module, fmnist_dir):
+    pytest.importorskip("torch")
+    return chapter_module("communication", "comm_lab.py")
+
+
+def test_the_pages_step_times_count_buckets_apart_and_time_in_rounds(overlap_lab):
+    result = comm.spawn(overlap_lab.step_times, 2, 16, 2, 8, [None, 0.001], 2)
+    assert result[0]["buckets"] == result[1]["buckets"]
+    buckets = result[0]["buckets"]
+    assert buckets["DDP, one bucket"] == 1 and buckets["DDP, default buckets"] == 1
+    assert buckets["DDP, bucket_cap_mb=0.001"] > 1  # 1 KiB buckets: one per few tensors
+    times = result[0]["times"]
+    assert set(times) == {"compute only", "communication only", "after backward, per tensor",
+                          "after backward, one buffer", "copy into the buffer alone",
+                          "copy out of the buffer alone", *buckets}
+    assert all(len(t) == 2 and min(t) > 0 for t in times.values())  # one time per round
+    versus = comm.against({n: t for n, t in times.items() if n.startswith("DDP")},
+                          "DDP, one bucket")
+    assert set(versus) == {"DDP, default buckets", "DDP, bucket_cap_mb=0.001"}
+    assert comm.overlap_lesson(versus, buckets, 2)  # some sentence, whatever the times
+
+
+def test_the_pages_ddp_trace_puts_gloos_all_reduces_on_threads_of_their_own(overlap_lab,
+                                                                           tmp_path):
+    from d2l_ext import trace
+
+    path = str(tmp_path / "ddp.json")
+    comm.spawn(overlap_lab.trace_ddp_step, 2, 16, 2, 8, 0.001, path)
+    events = trace.load_trace(path)
+    main = max({e.track for e in events}, key=lambda t: sum(e.track == t for e in events))
+    backward = [e for e in events
+                if e.track == main and e.name.startswith("autograd::engine::evaluate")]
+    reduces = [e for e in events if e.name == "gloo:all_reduce"]
+    assert backward and len(reduces) > 1
+    rows = trace.by_track(reduces)
+    assert main not in rows  # gloo's worker threads, not the Python thread
+    busy = trace.busy_time(reduces)  # times of about 5e12 us: rounding in the last digits
+    assert busy <= sum(e.duration_us for e in reduces) + 1e-3
+    assert trace.overlap_time(reduces, backward) <= busy + 1e-3
