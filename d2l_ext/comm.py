@@ -382,10 +382,12 @@ def overlap_lesson(versus: Mapping[str, Paired], buckets: Mapping[str, int], rou
                f"按中位数慢 {p.median - 1:.0%}：这次运行中，重叠的代价超过了它藏起来的通信。")
     return message(
         en=f"No setting with several buckets was faster than DDP with one bucket in every "
-           f"round; the best, {en}, took {p.median:.0%} of its time at the median: this run "
-           "shows no gain from overlap.",
+           f"round; the best, {en}, took {p.median:.0%} of one bucket's time at the median: "
+           "the rounds disagree, so this run shows no gain from overlap beyond its "
+           "round-to-round spread.",
         zh=f"分多个桶的设置没有一个在每个回合都比只用一个桶快；其中最好的{zh}，"
-           f"按中位数是一个桶的 {p.median:.0%}：这次运行看不出重叠带来的好处。")
+           f"按中位数是一个桶的 {p.median:.0%}：各回合结论不一，"
+           "超出回合间波动的重叠收益，这次运行看不出来。")
 
 
 def apart(a: Sequence[float], b: Sequence[float]) -> str:
@@ -410,6 +412,164 @@ def apart_chance(a: int, b: int) -> float:
     if a < 1 or b < 1:
         raise ValueError("each setting needs at least one result.")
     return 1 / math.comb(a + b, a)
+
+
+def fit_miss_note(size: str, miss: float) -> Text:
+    """Chapter 6's note on the all-reduce's own alpha-beta fit: its largest miss (``miss``:
+    measured over modelled, minus one) and where (``size``); a fit that misses by more than
+    half makes its fitted numbers, and ratios of them, rough."""
+    if abs(miss) <= 0.5:
+        return message(
+            en=f"The all-reduce's own fit missed its times by at most {miss:+.0%} (at {size}).",
+            zh=f"全归约自己的拟合与它的实测时间相差至多 {miss:+.0%}（在 {size} 处）。")
+    return message(
+        en=f"The all-reduce's own fit, though, missed its times by up to {miss:+.0%} (at "
+           f"{size}), more than half: its fitted $\\alpha$ and $\\beta$ describe the "
+           "fitted model, not the all-reduce, so read these two ratios and the verdict as rough.",
+        zh=f"不过，全归约自己的拟合与它的实测时间相差可达 {miss:+.0%}（在 {size} 处），超过一半："
+           "拟合出的 $\\alpha$ 和 $\\beta$ 描述的是模型，而不是全归约本身，所以上面这两个"
+           "比值和结论都只能粗略地看。")
+
+
+def reduce_verdict(reduce_beta: float, beta: float, between_gpus: bool) -> Text:
+    """Chapter 6's reading of the all-reduce's fitted bandwidth (``reduce_beta``) against one
+    message's (``beta``), both fitted on the backend the run used: gloo over the loopback
+    (``between_gpus`` false) or NCCL between two GPUs."""
+    if reduce_beta < 0.8 * beta:
+        if between_gpus:
+            return message(
+                en="the all-reduce moved its bytes more slowly than one message; between GPUs "
+                   "the candidates, not measured here, are the reduction kernel that adds the "
+                   "halves on each GPU and the kernel launches of its steps",
+                zh="全归约搬运字节比单条消息慢；在 GPU 之间，可能的原因（这里没有测量）"
+                   "是每块 GPU 上把两半相加的归约核函数，以及各个步骤的核函数发射")
+        return message(
+            en="the all-reduce moved its bytes more slowly than one message, as expected where "
+               "both directions and the additions are work for the same cores (as on a "
+               "loopback) rather than for two wires at once",
+            zh="全归约搬运字节比单条消息慢。如果两个方向的传输和加法都得由同一批核心完成（回环接口上"
+               "正是如此），而不是由两条线路同时承担，结果就会是这样")
+    if reduce_beta > 1.25 * beta:
+        return message(
+            en="the all-reduce moved its bytes faster than one message, which the model does not "
+               "predict: the library's all-reduce uses more parallel paths than one send",
+            zh="全归约搬运字节比单条消息还快，这是模型没有预测到的：库的全归约用到的并行通路比一次发送多")
+    return message(
+        en="the all-reduce moved its bytes about as fast as one message, as the model expects "
+           "when both directions run at once",
+        zh="全归约搬运字节的速度与单条消息相近，正是两个方向同时传输时模型的预期")
+
+
+def link_reading(between_gpus: bool) -> dict[str, Text]:
+    """Chapter 6's sentences on what the message fit summarises, for the backend the run used
+    (gloo over the loopback, or NCCL between two GPUs): ``"causes"``, the candidate causes of
+    the model's misses; ``"summary"``, what alpha and beta summarise; ``"elsewhere"``, how
+    they relate to numbers between GPUs."""
+    if between_gpus:
+        return {
+            "causes": message(
+                en="Two causes are candidates, and this page does not measure which one acts "
+                   "where: every call launches kernels and synchronises the two GPUs, a fixed "
+                   "cost that varies from call to call; and NCCL changes its protocol and the "
+                   "number of channels it uses with the size, so one $\\beta$ for all sizes "
+                   "cannot be right at both ends (the fit weighs every size alike, so it "
+                   "settles between them).",
+                zh="可能的原因有两个，本页并没有测量哪一个在哪里起作用：每次调用都要发射核函数，"
+                   "并让两块 GPU 同步，这份固定开销每次调用都不一样；NCCL 还会随大小切换协议和"
+                   "所用通道的数目，"
+                   "所以对所有大小只用一个 $\\beta$，不可能在两端都对（拟合对每种大小一视同仁，"
+                   "结果就落在两者之间）。"),
+            "summary": message(
+                en="Read $\\alpha$ and $\\beta$ as a summary of the link between these two "
+                   "GPUs through NCCL",
+                zh="$\\alpha$ 和 $\\beta$ 只是对这两块 GPU 之间经由 NCCL 的链路的概括"),
+            "elsewhere": message(
+                en="These numbers are between GPUs: the `nccl-tests` runs quoted in the section "
+                   "\"Beyond One Machine\" reach tens to hundreds of GB/s over NVLink, with "
+                   "latencies of a few to tens of microseconds, and whether these two GPUs "
+                   "share NVLink or only PCIe decides where this run can fall.",
+                zh="这两个数就是 GPU 之间的：“跨越多台机器”一节引用的 `nccl-tests` 运行结果显示，"
+                   "经由 NVLink 的带宽可达每秒几十到几百 GB，延迟为几微秒到几十微秒；"
+                   "这两块 GPU 之间是 NVLink 还是只有 PCIe，决定了这次运行能落在哪里。")}
+    return {
+        "causes": message(
+            en="Three causes are candidates, and this page does not measure which one acts "
+               "where: the smallest messages wait for the receiving process to be woken and "
+               "scheduled on a core, which varies from run to run; a message that fits in the "
+               "processors' caches is copied faster than one that must go through memory, so "
+               "one $\\beta$ for all sizes cannot be right at both ends (the fit weighs every "
+               "size alike, so it settles between them); and a library may change its "
+               "protocol with the size (one piece for a small message, chunks for a large one).",
+            zh="可能的原因有三个，本页并没有测量哪一个在哪里起作用：最小的消息要等接收进程被唤醒、"
+               "被调度到某个核心上，这段时间每次运行都不一样；放得进处理器缓存的消息比必须经过内存的"
+               "消息复制得快，所以对所有大小只用一个 $\\beta$，不可能在两端都对（拟合对每种大小一视"
+               "同仁，结果就落在两者之间）；库还可能随消息大小切换协议（小消息一次发完，大消息分块发送）。"),
+        "summary": message(
+            en="Read $\\alpha$ and $\\beta$ as a summary of this machine's loopback",
+            zh="$\\alpha$ 和 $\\beta$ 只是对这台机器回环接口的概括"),
+        "elsewhere": message(
+            en="Between GPUs both numbers are different: the `nccl-tests` runs quoted in the "
+               "section \"Beyond One Machine\" reach tens to hundreds of GB/s over NVLink, with "
+               "latencies of a few to tens of microseconds.",
+            zh="在 GPU 之间，这两个数就不同了：“跨越多台机器”一节引用的 `nccl-tests` 运行结果显示，"
+               "经由 NVLink 的带宽可达每秒几十到几百 GB，延迟为几微秒到几十微秒。")}
+
+
+def sequence_lesson(compute: float, communicate: float, steps: Mapping[str, float],
+                    names: Mapping[str, Text] | None = None) -> Text:
+    """Chapter 6's reading of the complete steps (``steps``: seconds per step, medians)
+    against the two parts timed alone and added (``compute``, ``communicate``: seconds), the
+    time the steps would take one after the other if nothing else cost time. ``names`` gives
+    the steps' names in both languages (default: the keys)."""
+    added = (compute + communicate) * 1e3
+    over = {name: t * 1e3 - added for name, t in steps.items() if t * 1e3 > added}
+    if not over:
+        return message(
+            en=f"No complete step took longer than the two parts alone, added ({added:,.1f} ms).",
+            zh=f"没有哪个完整的步骤比两部分单独计时之和（{added:,.1f} 毫秒）更久。")
+    worst = max(over, key=over.get)
+    shown = (names or {}).get(worst) or message(en=worst, zh=worst)
+    return message(
+        en=f"{len(over)} of the {len(steps)} complete steps took longer than the two parts "
+           f"alone, added ({added:,.1f} ms), by up to {over[worst]:,.1f} ms (\"{shown.en}\"): "
+           "the parts alone leave out what a complete step adds, the division that averages "
+           "the gradients, the copies into and out of a buffer or DDP's buckets, and, sent "
+           "per tensor, one message per tensor instead of one; these are candidates, not timed "
+           "apart here, except the buffer's copies below.",
+        zh=f"{len(steps)} 个完整的步骤中有 {len(over)} 个比两部分单独计时之和（{added:,.1f} "
+           f"毫秒）更久，最多多出 {over[worst]:,.1f} 毫秒（“{shown.zh}”）：单独计时的两部分没有"
+           "包括完整的一步另外要做的事，即求平均时对梯度的除法、复制进出缓冲区或 DDP 的桶，以及"
+           "逐个张量发送时每个张量一条消息而不是一条；这些都是可能的原因，这里没有单独计时，只有"
+           "下面缓冲区的复制例外。")
+
+
+def apart_false_alarm(a: int, b: int, settings: int = 1) -> float:
+    """The chance that at least one of ``settings`` settings, each exactly as good as the
+    control, comes out :func:`apart` from it in either direction (``a`` results for a
+    setting, ``b`` for the control): at most 2 * settings * :func:`apart_chance`."""
+    if settings < 1:
+        raise ValueError("settings must be at least 1.")
+    return min(1.0, 2 * settings * apart_chance(a, b))
+
+
+def powersgd_lesson(share: float, loss: float, plain_loss: float, ran: bool) -> Text:
+    """Chapter 6's sentence on PowerSGD at rank 1: the share of the numbers it sent
+    (computed from the shapes) and its final loss against plain all-reduce's, or, where the
+    hook cell left PowerSGD out (``ran`` false), that it did not run here."""
+    if not ran:
+        return message(
+            en="PowerSGD did not run here (see above), so this run says nothing about what it "
+               "sends or what it costs the loss.",
+            zh="PowerSGD 这里没有运行（见上文），所以这次运行说明不了它发送多少数、"
+               "让损失付出多少。")
+    return message(
+        en=f"PowerSGD sent {share:.1%} of the numbers at rank 1 (computed from the shapes), a "
+           "different gradient in every step, whose error the error feedback carries into "
+           f"later steps; its final loss, {loss:.4f} against {plain_loss:.4f}, says how much "
+           "these few steps lost.",
+        zh=f"PowerSGD 在秩为 1 时只发送了 {share:.1%} 的数（由形状算出），每一步的梯度都与原来"
+           f"不同，其误差由误差反馈带到之后的步骤中；它的最终损失是 {loss:.4f}，原始运行是 "
+           f"{plain_loss:.4f}，两者之差说明这寥寥几步损失了多少。")
 
 
 def buffer_lesson(one_buffer: float, per_tensor: float, copies: float) -> Text:
@@ -476,24 +636,34 @@ def reduction_lesson(k: int, server: Timing, ring: Timing, server_add: Timing,
                f"{adds_zh}。")
     if ring.clearly_faster(server):
         share = min(1.0, ms["saved"] / ms["lead"])
+        if share >= 0.5:
+            rest_en = "The ring spreads the reduction load; the server carries all of it."
+            rest_zh = "环把归约的计算量分散开了，服务器则要独自承担全部。"
+        else:
+            rest_en = (f"So the additions explain only {share:.0%} of the lead; the other "
+                       f"{1 - share:.0%} is not explained by this run (a candidate, not timed "
+                       f"apart: the server pattern's {k - 1} copies into and out of context 0, "
+                       "all through context 0's queue).")
+            rest_zh = (f"所以加法只解释了领先的 {share:.0%}；其余 {1 - share:.0%} 这次运行没有解释"
+                       "（一个可能的原因，这里没有单独计时："
+                       f"服务器式进出上下文 0 的 {k - 1} 次复制，全都排在上下文 0 的队列里）。")
         return message(
             en=f"{head_en}, faster in every timing; the additions alone, also apart in every "
                f"timing, account for about {share:.0%} of the {ms['lead']:,.2f} ms lead at the "
-               f"medians: {adds_en}, {ms['saved']:,.2f} ms less. The ring spreads the "
-               "reduction load; the server carries all of it.",
+               f"medians: {adds_en}, {ms['saved']:,.2f} ms less. {rest_en}",
             zh=f"{head_zh}，每次计时环都更快；单独给加法计时，两者也在每次计时中都分得开，按中位数"
                f"它们约占这 {ms['lead']:,.2f} 毫秒领先的 {share:.0%}：{adds_zh}，少了 "
-               f"{ms['saved']:,.2f} 毫秒。环把归约的计算量分散开了，服务器则要独自承担全部。")
+               f"{ms['saved']:,.2f} 毫秒。{rest_zh}")
     if server.clearly_faster(ring):
         return message(
-            en=f"{head_en}: {adds_en}, {ms['saved']:,.2f} ms less in every timing, but the "
-               "ring was still slower in every timing; the remaining candidate, not timed "
-               "apart here, is the rest of its work, its many smaller copies.",
-            zh=f"{head_zh}：{adds_zh}，每次计时都少了约 {ms['saved']:,.2f} 毫秒，但环在每次计时中"
-               "仍然更慢；剩下的可能原因（这里没有单独计时）是环的其余工作，也就是它那许多更小的复制。")
+            en=f"{head_en}: {adds_en}, {ms['saved']:,.2f} ms less at the medians (apart in "
+               "every timing), but the ring was still slower in every timing; the remaining "
+               "candidate, not timed apart here, is the rest of its work, its many smaller copies.",
+            zh=f"{head_zh}：{adds_zh}，按中位数少了约 {ms['saved']:,.2f} 毫秒（每次计时都"
+               "分得开），但环在每次计时中仍然更慢；剩下的可能原因（这里没有单独计时）是环的其余工作，也就是它那许多更小的复制。")
     return message(
-        en=f"{head_en}: {adds_en}, {ms['saved']:,.2f} ms less in every timing, but the whole "
-           "all-reduces' timings overlap, so this run cannot tell whether that saving made "
-           "the ring faster.",
-        zh=f"{head_zh}：{adds_zh}，每次计时都少了约 {ms['saved']:,.2f} 毫秒，但两种完整全归约的"
-           "计时范围相互重叠，所以这次运行无法判断这点节省是否让环更快了。")
+        en=f"{head_en}: {adds_en}, {ms['saved']:,.2f} ms less at the medians (apart in every "
+           "timing), but the whole all-reduces' timings overlap, so this run cannot tell "
+           "whether that saving made the ring faster.",
+        zh=f"{head_zh}：{adds_zh}，按中位数少了约 {ms['saved']:,.2f} 毫秒（每次计时都"
+           "分得开），但两种完整全归约的计时范围相互重叠，所以这次运行无法判断这点节省是否让环更快了。")

@@ -496,7 +496,7 @@ def test_communication_page_shows_each_framework_its_own_messages(page, lang):
                          has_text="checked = {k: comm.spawn(comm_lab.check_all_reduces")
     server_job = page.locator(".tag_mxnet", has_text="%%writefile ps_hello.py")
     assert ring.is_visible() and check.is_visible() and not server_job.is_visible()
-    assert {"en": "ring True, server True", "zh": "环 True，服务器 True"}[lang] in \
+    assert {"en": "ring yes, server yes", "zh": "环形是，服务器式是"}[lang] in \
         check.inner_text()
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert server_job.is_visible() and not ring.is_visible()
