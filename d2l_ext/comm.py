@@ -249,6 +249,34 @@ def timing(op: Callable[[], Any], repeats: int = 5, iters: int = 1, warmup: int 
     return Timing(tuple(slowest.tolist()))
 
 
+def scaling_table(rows: Sequence[Sequence[float]]) -> str:
+    """Chapter 6's scaling model as a text table in the reader's language, one row per
+    process count ``k``. Each row holds, in this order: ``k``; the all-reduce's bus bandwidth
+    (bytes/s); the all-reduce's time (s); the step's computation per process under strong
+    scaling (s) and the communication it leaves exposed (s); the efficiency of strong
+    scaling; the efficiency of weak scaling, with and without overlap (fractions of 1).
+    Times are shown in milliseconds, bandwidths in GB/s, efficiencies in percent."""
+    columns = [message(en="k", zh="k"),
+               message(en="busbw (GB/s)", zh="总线带宽（GB/s）"),
+               message(en="all-reduce (ms)", zh="全归约（毫秒）"),
+               message(en="strong: compute (ms)", zh="强扩展：计算（毫秒）"),
+               message(en="strong: exposed (ms)", zh="强扩展：暴露（毫秒）"),
+               message(en="strong: efficiency", zh="强扩展：效率"),
+               message(en="weak: efficiency", zh="弱扩展：效率"),
+               message(en="weak, no overlap", zh="弱扩展、不重叠：效率")]
+    shown = []
+    for row in rows:
+        if len(row) != 8:
+            raise ValueError(f"each row needs 8 values (k, bus bandwidth, all-reduce, compute, "
+                             f"exposed, and three efficiencies), got {len(row)}.")
+        k, busbw, comm_s, compute_s, exposed_s, strong, weak, weak_serial = row
+        shown.append([int(k), busbw / 1e9, comm_s * 1e3, compute_s * 1e3, exposed_s * 1e3,
+                      strong, weak, weak_serial])
+    from d2l_ext.utils import text_table
+
+    return text_table(columns, shown, ["d", ",.0f", ".1f", ".1f", ".1f", ".0%", ".0%", ".0%"])
+
+
 def fit_alpha_beta(sizes: Sequence[float], seconds: Sequence[float]) -> tuple[float, float]:
     """Fit ``t = alpha + n / beta`` to message sizes ``n`` (bytes) and times ``t`` (seconds);
     return ``(alpha, beta)``: the latency in seconds and the bandwidth in bytes per second.
@@ -425,16 +453,31 @@ def fit_miss_note(size: str, miss: float) -> Text:
     return message(
         en=f"The all-reduce's own fit, though, missed its times by up to {miss:+.0%} (at "
            f"{size}), more than half: its fitted $\\alpha$ and $\\beta$ describe the "
-           "fitted model, not the all-reduce, so read these two ratios and the verdict as rough.",
+           "fitted model, not the all-reduce, so read these two ratios as rough.",
         zh=f"不过，全归约自己的拟合与它的实测时间相差可达 {miss:+.0%}（在 {size} 处），超过一半："
            "拟合出的 $\\alpha$ 和 $\\beta$ 描述的是模型，而不是全归约本身，所以上面这两个"
-           "比值和结论都只能粗略地看。")
+           "比值只能粗略地看。")
 
 
-def reduce_verdict(reduce_beta: float, beta: float, between_gpus: bool) -> Text:
+def reduce_verdict(reduce_beta: float, beta: float, between_gpus: bool,
+                   miss: float = 0.0) -> Text:
     """Chapter 6's reading of the all-reduce's fitted bandwidth (``reduce_beta``) against one
     message's (``beta``), both fitted on the backend the run used: gloo over the loopback
-    (``between_gpus`` false) or NCCL between two GPUs."""
+    (``between_gpus`` false) or NCCL between two GPUs. ``miss``, the largest miss of the two
+    fits behind the betas (measured over modelled, minus one): beyond half, the reading
+    says that it is rough."""
+    verdict = _reduce_verdict(reduce_beta, beta, between_gpus)
+    if abs(miss) <= 0.5:
+        return verdict
+    return message(
+        en=f"{verdict.en}; the fits behind these two $\\beta$s, though, miss their times by up "
+           f"to {miss:+.0%}, so read this as rough",
+        zh=f"{verdict.zh}。不过，得出这两个 $\\beta$ 的拟合与实测时间相差可达 {miss:+.0%}，"
+           "所以这个结论只能粗略地看")
+
+
+def _reduce_verdict(reduce_beta: float, beta: float, between_gpus: bool) -> Text:
+    """``reduce_verdict`` without its hedge."""
     if reduce_beta < 0.8 * beta:
         if between_gpus:
             return message(
@@ -458,6 +501,140 @@ def reduce_verdict(reduce_beta: float, beta: float, between_gpus: bool) -> Text:
         en="the all-reduce moved its bytes about as fast as one message, as the model expects "
            "when both directions run at once",
         zh="全归约搬运字节的速度与单条消息相近，正是两个方向同时传输时模型的预期")
+
+
+def large_size_fit(sizes: Sequence[float], seconds: Sequence[float],
+                   smallest: float = 2**20) -> tuple[float, float, float]:
+    """``fit_alpha_beta`` over the sizes of ``smallest`` bytes and more alone (the sizes
+    that decide beta, which the small sizes' latencies cannot pull then); return ``(alpha,
+    beta, miss)``, ``miss`` the fit's largest miss over those sizes (measured over
+    modelled, minus one)."""
+    large = [(n, t) for n, t in zip(sizes, seconds, strict=True) if n >= smallest]
+    if len({n for n, _ in large}) < 2:
+        raise ValueError(f"a fit of the large sizes needs two different sizes of {smallest:g} "
+                         f"bytes or more, got {len(large)}.")
+    alpha, beta = fit_alpha_beta([n for n, _ in large], [t for _, t in large])
+    misses = [t / (alpha + n / beta) - 1 for n, t in large]
+    return alpha, beta, max(misses, key=abs)
+
+
+def largest_misses(sizes: Sequence[str], misses: Mapping[str, Sequence[float]]
+                   ) -> dict[str, tuple[str, float]]:
+    """Each column's largest miss: ``{column: (size, miss)}`` for ``misses`` (``{column:
+    one miss per size}``, measured over modelled, minus one) and the sizes' names."""
+    worst = {}
+    for column, values in misses.items():
+        if len(values) != len(sizes) or not values:
+            raise ValueError(f"column {column!r} has {len(values)} misses for "
+                             f"{len(sizes)} sizes.")
+        i = max(range(len(values)), key=lambda i, values=values: abs(values[i]))
+        worst[column] = (sizes[i], values[i])
+    return worst
+
+
+def miss_reading(worst: Mapping[str, tuple[str, float]], names: Mapping[str, Text]
+                 ) -> dict[str, Text]:
+    """Chapter 6's sentences on the message table's misses, from ``largest_misses``
+    (``names``: each column's name in the table): ``"each"``, where each column's model
+    missed most; ``"largest"``, the table's largest miss, with its column and size."""
+    if not worst:
+        raise ValueError("no column to read.")
+    en = [f"in the {names[c].en} column at {size}, by {miss:+.0%}"
+          for c, (size, miss) in worst.items()]
+    zh = [f"“{names[c].zh}”一列在 {size}，为 {miss:+.0%}" for c, (size, miss) in worst.items()]
+    top = max(worst, key=lambda c: abs(worst[c][1]))
+    size, miss = worst[top]
+    return {
+        "each": message(
+            en="The models missed most " + (", and ".join(en) if len(en) < 3
+                                            else ", ".join(en[:-1]) + ", and " + en[-1]),
+            zh="模型偏差最大的地方：" + "；".join(zh)),
+        "largest": message(
+            en=f"{miss:+.0%}, in the {names[top].en} column at {size}",
+            zh=f"{miss:+.0%}，在“{names[top].zh}”一列的 {size} 处")}
+
+
+def ring_small_note(size: str, measured: Mapping[int, float], model: Mapping[int, float],
+                    latency: Mapping[int, float], cores: int, fit_processes: int = 2) -> Text:
+    """Chapter 6's reading of the hand-written ring at its smallest size (``size``), for
+    each process count k: ``measured`` and ``model`` seconds, and ``latency``, the model's
+    2(k - 1) alpha (alpha fitted between ``fit_processes`` processes); ``cores``, the
+    machine's cores. Says how much of the measured time the latencies explain and, where
+    the ring missed by more than half, a candidate cause tied to the processes per core."""
+    ks = sorted(measured)
+    if not ks:
+        return message(en="", zh="")
+    if sorted(model) != ks or sorted(latency) != ks or cores < 1:
+        raise ValueError("measured, model and latency need the same process counts, and "
+                         "cores at least 1.")
+    ratio = {k: measured[k] / model[k] for k in ks}
+    explained = {k: latency[k] / measured[k] for k in ks}
+    model_share = min(latency[k] / model[k] for k in ks)
+    per_core = {k: k / cores for k in ks}
+    said = message(
+        en=f"In the model, the ring's $2(k-1)$ latencies are {model_share:.0%} or more of its "
+           f"time at {size}" + (", so for small tensors they dominate." if model_share >= 0.5
+                                else "."),
+        zh=f"在模型里，{size} 时环的 $2(k-1)$ 次延迟占模型时间的 {model_share:.0%} 以上"
+           + ("，所以小张量的耗时主要是这些延迟。" if model_share >= 0.5 else "。"))
+    each_en = ", ".join(f"{ratio[k]:.1f} with {k} processes" for k in ks)
+    each_zh = "、".join(f"{ratio[k]:.1f} 倍（{k} 个进程）" for k in ks)
+    low, high = min(explained.values()), max(explained.values())
+    share_en = f"{low:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{low:.0%} to {high:.0%}"
+    share_zh = f"{low:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{low:.0%} 到 {high:.0%}"
+    if max(ratio.values()) <= 1.5:
+        return message(
+            en=f"{said.en} This run agrees: the ring's measured time over the model's was "
+               f"{each_en}, so $2(k-1)\\alpha$ is {share_en} of what was measured.",
+            zh=f"{said.zh}这次运行与之相符：环的实测时间是模型的 {each_zh}，"
+               f"所以 $2(k-1)\\alpha$ 是实测时间的 {share_zh}。")
+    over = [k for k in ks if k > cores]
+    text_en = (f"{said.en} They do not explain this run's times: the ring's measured time "
+               f"over the model's was {each_en}, so $2(k-1)\\alpha$ accounts for only "
+               f"{share_en} of what was measured.")
+    text_zh = (f"{said.zh}但它们解释不了这次运行的时间：环的实测时间是模型的 {each_zh}，"
+               f"所以 $2(k-1)\\alpha$ 只占实测时间的 {share_zh}。")
+    pairs_en = "; ".join(f"{k} processes, {per_core[k]:.2g} per core" for k in over)
+    pairs_zh = "；".join(f"{k} 个进程，即每个核心 {per_core[k]:.2g} 个" for k in over)
+    if over:
+        rising = all(ratio[a] < ratio[b] for a, b in zip(ks, ks[1:]))
+        grew_en = (f"; the miss grew with the processes per core, from {ratio[ks[0]]:.1f} "
+                   f"times to {ratio[ks[-1]]:.1f}" if rising and len(ks) > 1 else "")
+        grew_zh = (f"；偏差随每个核心上的进程数增大，从 {ratio[ks[0]]:.1f} 倍增至 "
+                   f"{ratio[ks[-1]]:.1f} 倍" if rising and len(ks) > 1 else "")
+        text_en += (f" A candidate cause, not measured here: $\\alpha$ was fitted between "
+                    f"{fit_processes} processes, and with more processes than the {cores} cores "
+                    f"({pairs_en}) each of the ring's $2(k-1)$ dependent steps can wait for a "
+                    f"peer that the operating system has descheduled, a wait that no $\\alpha$ "
+                    f"counts{grew_en}. On GPUs, with one process per GPU and usually more "
+                    "cores than GPUs, we expect this cause not to apply.")
+        text_zh += (f"一个可能的原因（这里没有测量）：$\\alpha$ 是在 {fit_processes} 个进程"
+                    "之间拟合的，"
+                    f"而进程多于 {cores} 个核心时（{pairs_zh}），环的 $2(k-1)$ 个前后相依的步骤，"
+                    "每一步都可能要等一个被操作系统调度出去的对端，这段等待不在任何 $\\alpha$ 里"
+                    f"{grew_zh}。在 GPU 上，每块 GPU 一个进程，核心数通常多于 GPU 数，"
+                    "我们预期这个原因不再起作用。")
+    fewer = [k for k in ks if k <= cores and ratio[k] > 1.5]
+    if fewer:
+        most = max(per_core[k] for k in fewer)
+        lead_en = "Even where the processes did not outnumber the cores" if over else (
+            "Although the processes did not outnumber the cores here")
+        lead_zh = "即使在进程数不多于核心数时" if over else "虽然这里进程数不多于核心数"
+        text_en += (f" {lead_en} (at most {most:.2g} per core), the ring still missed: "
+                    + ", ".join(f"{ratio[k]:.1f} times the model with {k} processes"
+                                for k in fewer)
+                    + "; there each process can have a core of its own, so a descheduled peer "
+                    "is a less likely cause, and another candidate, not measured either, is "
+                    "what each step does beyond one message "
+                    "(a send and a receive issued together and waited for, an addition, the "
+                    "Python between them).")
+        text_zh += (f"{lead_zh}（每个核心至多 {most:.2g} 个进程），环仍然偏离模型："
+                    + "、".join(f"{ratio[k]:.1f} 倍（{k} 个进程）" for k in fewer)
+                    + "。那里每个进程都可以独占一个核心，被调度出去的对端不大像是原因；"
+                    "另一个可能的原因（同样没有测量）是每一步"
+                    "在一条消息之外还要做的事（同时发起一次发送和一次接收并等它们完成、一次加法，"
+                    "以及其间的 Python 代码）。")
+    return message(en=text_en, zh=text_zh)
 
 
 def link_reading(between_gpus: bool) -> dict[str, Text]:

@@ -338,6 +338,25 @@ def test_bus_bandwidth_rejects_bad_input(nbytes, seconds, k):
         comm.bus_bandwidth(nbytes, seconds, k)
 
 
+def test_scaling_table_shows_units_and_speaks_the_readers_language(monkeypatch):
+    """One row per k, in ms, GB/s and percent, aligned, in English or Chinese; a row with a
+    missing value is refused rather than shifted into the wrong column."""
+    rows = [(8, 370e9, 4.73e-3, 0.1229, 0.0, 1.0, 1.0, 0.963),
+            (32, 50e9, 38.75e-3, 0.0307, 0.0183, 0.627, 1.0, 0.76)]
+    monkeypatch.setenv("D2L_LANG", "en")
+    lines = comm.scaling_table(rows).splitlines()
+    assert len(lines) == 3 and lines[0].split()[0] == "k"
+    assert "all-reduce (ms)" in lines[0] and "weak, no overlap" in lines[0]
+    assert lines[1].split() == ["8", "370", "4.7", "122.9", "0.0", "100%", "100%", "96%"]
+    assert lines[2].split() == ["32", "50", "38.8", "30.7", "18.3", "63%", "100%", "76%"]
+    assert len({len(line) for line in lines}) == 1  # right-aligned columns, one width
+    monkeypatch.setenv("D2L_LANG", "zh")
+    zh = comm.scaling_table(rows)
+    assert "全归约（毫秒）" in zh and "强扩展：效率" in zh and "38.8" in zh
+    with pytest.raises(ValueError, match="8 values"):
+        comm.scaling_table([(8, 370e9, 4.73e-3, 0.1229, 0.0, 1.0, 1.0)])
+
+
 # ---- the page's script -----------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -230,6 +230,91 @@ def test_fit_miss_note_hedges_a_fit_that_misses_by_more_than_half():
     assert "超过一半" in far.zh and "粗略" in far.zh
 
 
+def test_reduce_verdict_is_hedged_when_its_fits_miss_by_more_than_half():
+    plain = comm.reduce_verdict(0.5e9, 1e9, False, miss=0.3)
+    assert "more slowly" in plain and "rough" not in plain and "粗略" not in plain.zh
+    hedged = comm.reduce_verdict(0.5e9, 1e9, False, miss=-0.7)
+    assert "more slowly" in hedged and "miss their times by up to -70%" in hedged
+    assert "read this as rough" in hedged and "相差可达 -70%" in hedged.zh
+    assert "粗略" in hedged.zh
+
+
+def test_large_size_fit_reads_beta_from_the_large_sizes_alone():
+    sizes = [4 * 4**i for i in range(14)]  # 4 B ... 256 MiB
+    alpha, beta = 50e-6, 2e9
+    # the small sizes cost four times the model (a wait the model does not know): the fit of
+    # all sizes is pulled by them, the fit of 1 MiB and more is not
+    seconds = [(alpha + n / beta) * (4 if n < 2**20 else 1) for n in sizes]
+    a, b, miss = comm.large_size_fit(sizes, seconds)
+    assert b == pytest.approx(beta, rel=1e-6) and a == pytest.approx(alpha, rel=1e-3)
+    assert abs(miss) < 1e-6
+    assert comm.fit_alpha_beta(sizes, seconds)[1] != pytest.approx(beta, rel=0.05)
+    noisy = [t * (1.8 if n == 2**20 else 1) for n, t in zip(sizes, seconds)]
+    _, _, noisy_miss = comm.large_size_fit(sizes, noisy)
+    assert abs(noisy_miss) > 0.1  # no line passes through a point 1.8 times off its neighbours'
+    with pytest.raises(ValueError, match="two different sizes"):
+        comm.large_size_fit([4, 2**20], [1e-4, 1e-3])
+
+
+def test_miss_reading_counts_every_column_and_names_the_largest():
+    names = {"message": message(en="message", zh="消息"),
+             "all_reduce": message(en="all_reduce", zh="all_reduce")}
+    sizes = ["4 B", "16 B", "1 MiB"]
+    misses = {"message": [0.03, -0.11, 1.01], "all_reduce": [-0.49, 3.06, 0.15]}
+    worst = comm.largest_misses(sizes, misses)
+    assert worst == {"message": ("1 MiB", 1.01), "all_reduce": ("16 B", 3.06)}
+    text = comm.miss_reading(worst, names)
+    assert "in the message column at 1 MiB, by +101%" in text["each"]
+    assert "in the all_reduce column at 16 B, by +306%" in text["each"]
+    assert text["largest"] == "+306%, in the all_reduce column at 16 B"  # not the message's
+    assert "“all_reduce”一列的 16 B 处" in text["largest"].zh
+    assert "“消息”一列在 1 MiB，为 +101%" in text["each"].zh
+    flipped = comm.miss_reading(comm.largest_misses(sizes, {"message": [0.03, -0.11, 1.01],
+                                                            "all_reduce": [0.2, -0.4, 0.1]}),
+                                names)
+    assert flipped["largest"] == "+101%, in the message column at 1 MiB"
+    with pytest.raises(ValueError, match="misses for"):
+        comm.largest_misses(sizes, {"message": [0.1]})
+
+
+def _ring(ks, ratios, alpha=48e-6, n=4096, beta=3.94e9):
+    latency = {k: 2 * (k - 1) * alpha for k in ks}
+    model = {k: latency[k] + 2 * (k - 1) / k * n / beta for k in ks}
+    measured = {k: model[k] * r for k, r in zip(ks, ratios)}
+    return measured, model, latency
+
+
+def test_ring_small_note_reads_the_miss_against_the_processes_per_core():
+    measured, model, latency = _ring([2, 3, 4], [3.5, 20.0, 43.0])
+    on_two = comm.ring_small_note("4 KiB", measured, model, latency, cores=2)
+    assert "latencies are 99% or more of its time at 4 KiB, so for small tensors they dominate" \
+        in on_two
+    assert "3.5 with 2 processes, 20.0 with 3 processes, 43.0 with 4 processes" in on_two
+    assert "accounts for only 2% to 28% of what was measured" in on_two
+    assert "3 processes, 1.5 per core; 4 processes, 2 per core" in on_two
+    assert "descheduled" in on_two and "grew with the processes per core" in on_two
+    assert "we expect this cause not to apply" in on_two  # GPUs: an expectation
+    assert "3.5 times the model with 2 processes" in on_two  # k = 2 has a core each
+    assert "被操作系统调度出去的对端" in on_two.zh and "每个核心 1.5 个" in on_two.zh
+    # the same times on 4 cores: no process count outnumbers the cores (2 is not hard-coded)
+    on_four = comm.ring_small_note("4 KiB", measured, model, latency, cores=4)
+    assert "A candidate cause, not measured here" not in on_four
+    assert "Although the processes did not outnumber the cores here (at most 1 per core)" \
+        in on_four
+    assert "descheduled peer is a less likely cause" in on_four
+    not_rising = comm.ring_small_note("4 KiB", *_ring([2, 3, 4], [3.5, 40.0, 20.0]), cores=2)
+    assert "descheduled" in not_rising and "grew" not in not_rising
+
+
+def test_ring_small_note_agrees_where_the_model_holds():
+    agree = comm.ring_small_note("4 KiB", *_ring([2], [1.2]), cores=16)
+    assert "This run agrees" in agree and "1.2 with 2 processes" in agree
+    assert "candidate" not in agree and "这次运行与之相符" in agree.zh
+    assert comm.ring_small_note("4 KiB", {}, {}, {}, cores=2) == ""
+    with pytest.raises(ValueError, match="same process counts"):
+        comm.ring_small_note("4 KiB", {2: 1.0}, {3: 1.0}, {2: 1.0}, cores=2)
+
+
 # ---- the page's overlap experiment, tiny, in real process groups (no timing asserted) ----
 
 @pytest.fixture(scope="module")

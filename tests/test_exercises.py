@@ -805,6 +805,20 @@ def test_communication_exercise_3_mxnet_checks_recursive_doubling(numpy_too_new)
     assert run(cell, "written = False", "zh", **names).startswith("练习 3")
 
 
+def test_communication_exercise_7_scaling_model_with_twice_the_batch():
+    """Up to 32 GPUs nothing is exposed; at 64, 39.4 - 20.5 = 18.9 ms. The check needs no
+    run (the model's inputs are the example's), accepts any rounding within 0.1 ms, and says
+    which half is right without printing the answer."""
+    cell = check_cell("communication", "exercise 7")
+    assert run(cell, "largest_k, exposed_ms_64 = 32, 18.9").startswith("Correct")
+    assert run(cell, "largest_k, exposed_ms_64 = 32, 18.895", "zh").startswith("正确")
+    half = run(cell, "largest_k, exposed_ms_64 = 32, 39.4")  # forgot the overlap
+    assert half.startswith("Half right") and "18.9" not in half
+    wrong = run(cell, "largest_k, exposed_ms_64 = 16, 18.9")  # the example's own batch
+    assert wrong.startswith("Not quite") and "32" not in wrong
+    assert run(cell, "largest_k, exposed_ms_64 = None, None", "zh").startswith("练习 7")
+
+
 # ------------------------------------------------------------ memory
 def test_memory_exercise_1_state_in_gb_and_per_process():
     cell = check_cell("memory", "exercise 1")

@@ -162,11 +162,225 @@ def timeline(t: dict) -> str:
     return svg(660, 180, "\n".join(body))
 
 
+# ---- chapter 6 (communication): the ring's two phases, a parameter server, bucketed overlap
+TEXT["en"].update({
+    "ring_start": "start", "ring_rs": "reduce-scatter", "ring_ag": "all-gather",
+    "ring_count": "n: the chunk holds the sum of n GPUs' data",
+    "ring_changed": "received and updated in this step",
+    "ring_send": "every step: GPU r sends one chunk to GPU r + 1 (mod 4)",
+    "ps_one": "one server", "ps_sharded": "sharded servers", "ps_server": "server",
+    "ps_worker": "worker", "ps_shard": "shard", "ps_push": "push gradients, pull sums",
+    "ps_one_load": "the server's link carries k times the data each way",
+    "ps_sharded_load": "each server's link carries 1/s of it (s = 2)",
+    "ov_one": "one bucket, all-reduced after the backward pass",
+    "ov_two": "two buckets, each all-reduced as soon as it is full",
+    "ar_all": "all-reduce: all gradients", "ar_bucket": "all-reduce: bucket",
+    "exposed": "exposed",
+})
+TEXT["zh"].update({
+    "ring_start": "开始", "ring_rs": "归约散射", "ring_ag": "全收集",
+    "ring_count": "数字 n：这一块已是 n 块 GPU 数据之和",
+    "ring_changed": "本步收到并更新的块",
+    "ring_send": "每一步：GPU r 把一块发给 GPU r + 1（模 4）",
+    "ps_one": "一个服务器", "ps_sharded": "分片的服务器", "ps_server": "服务器",
+    "ps_worker": "工作进程", "ps_shard": "分片", "ps_push": "推送梯度，拉取总和",
+    "ps_one_load": "服务器的链路每个方向承载 k 倍的数据",
+    "ps_sharded_load": "每个服务器的链路只承载其中的 1/s（s = 2）",
+    "ov_one": "一个桶：反向传播结束后才全归约",
+    "ov_two": "两个桶：每个桶一装满就开始全归约",
+    "ar_all": "全归约：全部梯度", "ar_bucket": "全归约：桶",
+    "exposed": "暴露",
+})
+
+RING_FILL = ("#ffffff", "#d6eef2", "#9fd3dc", "#0a7d91")  # a chunk summing 1, 2, 3, 4 GPUs
+
+
+def ring_states(k: int = 4) -> list[tuple[list[list[frozenset]], set]]:
+    """The ring all-reduce's state after each step: which GPUs' data each chunk of each GPU
+    sums, and which (GPU, chunk) pairs the step changed. In reduce-scatter step s, GPU r adds
+    to its chunk (r - s) mod k what GPU r - 1 sent; in all-gather step s it copies chunk
+    (r + 1 - s) mod k."""
+    state = [[frozenset({r}) for _ in range(k)] for r in range(k)]
+    states = [([row[:] for row in state], set())]
+    for phase in ("reduce-scatter", "all-gather"):
+        for s in range(k - 1):
+            new, changed = [row[:] for row in state], set()
+            for r in range(k):
+                to = (r + 1) % k
+                j = (r - s) % k if phase == "reduce-scatter" else (r + 1 - s) % k
+                new[to][j] = state[to][j] | state[r][j] if phase == "reduce-scatter" \
+                    else state[r][j]
+                changed.add((to, j))
+            state = new
+            states.append(([row[:] for row in state], changed))
+    return states
+
+
+def ring_allreduce(t: dict) -> str:
+    k, x0, y0, col = 4, 195, 80, 95
+    body = []
+    for r in range(k):  # the ring itself, GPU 0 at the top, clockwise
+        cx, cy = 70 + 45 * [0, 1, 0, -1][r], 160 + 45 * [-1, 0, 1, 0][r]
+        nx, ny = 70 + 45 * [1, 0, -1, 0][r], 160 + 45 * [0, 1, 0, -1][r]
+        body.append(arrow(cx + (nx - cx) * 0.35, cy + (ny - cy) * 0.35,
+                          cx + (nx - cx) * 0.65, cy + (ny - cy) * 0.65))
+        body.append(f'<circle cx="{cx}" cy="{cy}" r="15" class="box"/>'
+                    f'<text class="small" x="{cx}" y="{cy + 4}" text-anchor="middle">{r}</text>')
+    body.append('<text class="small" x="70" y="164" text-anchor="middle">GPU</text>')
+    for c, (state, changed) in enumerate(ring_states(k)):
+        for r in range(k):
+            for j in range(k):
+                n = len(state[r][j])
+                x, y = x0 + c * col + j * 20, y0 + r * 40
+                edge = 'stroke="#c46a12" stroke-width="2.5"' if (r, j) in changed \
+                    else 'stroke="#0a7d91" stroke-width="1"'
+                ink = "#ffffff" if n == k else "#222"
+                body.append(f'<rect x="{x}" y="{y}" width="18" height="26" rx="3" '
+                            f'fill="{RING_FILL[n - 1]}" {edge}/>'
+                            f'<text class="small" style="fill:{ink}" x="{x + 9}" y="{y + 17}" '
+                            f'text-anchor="middle">{n}</text>')
+    for r in range(k):
+        body.append(f'<text class="small" x="145" y="{y0 + r * 40 + 18}">GPU {r}</text>')
+    heads = [(0, 1, t["ring_start"]), (1, 3, t["ring_rs"]), (4, 3, t["ring_ag"])]
+    for first, span, label in heads:
+        left, right = x0 + first * col, x0 + (first + span) * col - 17
+        body.append(f'<text class="title" x="{(left + right) / 2}" y="40" '
+                    f'text-anchor="middle">{label}</text>')
+        if span > 1:
+            body.append(f'<path d="M{left},48 L{right},48" stroke="#444" stroke-width="1"/>')
+            body += [f'<text class="small" x="{x0 + (first + i) * col + 39}" y="66" '
+                     f'text-anchor="middle">{i + 1}</text>' for i in range(span)]
+    body += [f'<rect x="20" y="262" width="18" height="20" rx="3" fill="{RING_FILL[2]}" '
+             f'stroke="#0a7d91"/><text class="small" x="29" y="277" text-anchor="middle">3</text>',
+             f'<text class="small" x="46" y="277">{t["ring_count"]}</text>',
+             '<rect x="380" y="262" width="18" height="20" rx="3" fill="#ffffff" '
+             'stroke="#c46a12" stroke-width="2.5"/>',
+             f'<text class="small" x="406" y="277">{t["ring_changed"]}</text>',
+             f'<text class="small" x="20" y="305">{t["ring_send"]}</text>']
+    return svg(880, 320, "\n".join(body))
+
+
+def both_ways(x1, y1, x2, y2):
+    return (f'<path class="arrow" style="marker-start:url(#head)" '
+            f'd="M{x1},{y1} L{x2},{y2}"/>')
+
+
+def parameter_server(t: dict) -> str:
+    body = [f'<text class="title" x="20" y="24">{t["ps_one"]}</text>',
+            f'<text class="title" x="470" y="24">{t["ps_sharded"]}</text>',
+            box(150, 45, 120, 36, t["ps_server"], "back")]
+    workers = [(20 + 100 * i, 470 + 100 * i) for i in range(4)]
+    for i, (left, right) in enumerate(workers):
+        label = f'{t["ps_worker"]} {i}'
+        body += [box(left, 175, 90, 36, label, "box", "small"),
+                 both_ways(left + 45, 173, 210, 83),
+                 box(right, 175, 90, 36, label, "box", "small")]
+        for s in range(2):
+            body.append(both_ways(right + 45, 173, 580 + 180 * s, 83))
+    for s in range(2):
+        body.append(box(510 + 180 * s, 45, 140, 36,
+                        f'{t["ps_server"]} {s}{t["colon"]}{t["ps_shard"]} {s}', "back", "small"))
+    body += [f'<text class="small" x="20" y="120">{t["ps_push"]}</text>',
+             f'<text class="small" x="20" y="236">{t["ps_one_load"]}</text>',
+             f'<text class="small" x="470" y="236">{t["ps_sharded_load"]}</text>',
+             '<path d="M440,20 L440,240" stroke="#bbb" stroke-width="1"/>']
+    return svg(880, 250, "\n".join(body))
+
+
+def bucket_overlap(t: dict) -> str:
+    body = []
+    for top, two in ((0, False), (140, True)):
+        body += [f'<text class="title" x="20" y="{top + 24}">{t["ov_two" if two else "ov_one"]}'
+                 '</text>',
+                 f'<text class="small" x="20" y="{top + 58}">{t["compute"]}</text>',
+                 f'<text class="small" x="20" y="{top + 98}">{t["comm"]}</text>',
+                 box(110, top + 38, 120, 28, t["fwd"], "box", "small")]
+        for i, layer in enumerate((4, 3, 2, 1)):
+            body.append(box(230 + 80 * i, top + 38, 80, 28, f'{t["bwd"]} L{layer}', "back",
+                            "small"))
+        if two:
+            body += [box(390, top + 78, 120, 28, f'{t["ar_bucket"]} 1', "box", "small"),
+                     arrow(390, top + 66, 392, top + 77),
+                     box(550, top + 78, 120, 28, f'{t["ar_bucket"]} 2', "box", "small"),
+                     arrow(550, top + 66, 552, top + 77)]
+            end = 670
+        else:
+            body += [box(550, top + 78, 240, 28, t["ar_all"], "box", "small"),
+                     arrow(550, top + 66, 552, top + 77)]
+            end = 790
+        body += [box(end, top + 38, 60, 28, t["opt"], "box", "small"),
+                 f'<path d="M550,{top + 114} L{end},{top + 114}" stroke="#c46a12" '
+                 f'stroke-width="2"/>',
+                 f'<text class="small" x="{(550 + end) / 2}" y="{top + 128}" '
+                 f'text-anchor="middle">{t["exposed"]}</text>']
+    body += [arrow(110, 285, 860, 285), f'<text class="small" x="820" y="303">{t["time"]}</text>']
+    return svg(880, 315, "\n".join(body))
+
+
+# ---- chapter 7 (memory): what one FSDP2 process holds at each moment of a step
+TEXT["en"].update({
+    "fsdp_title": "What one of 8 FSDP2 processes holds: 4 equal units, bfloat16 compute "
+                  "(activations aside)",
+    "fsdp_sharded": "shards: float32 weights, Adam, gradients so far",
+    "fsdp_gathered": "this unit, gathered", "fsdp_prefetched": "next unit, prefetched",
+    "fsdp_reducing": "this unit's gradients, reduce-scatter input",
+    "fsdp_unit": "bytes of one unit in bfloat16", "fsdp_fwd": "fwd", "fsdp_bwd": "bwd",
+})
+TEXT["zh"].update({
+    "fsdp_title": "8 个 FSDP2 进程之一持有的显存：4 个等大的单元，以 bfloat16 计算（不含激活）",
+    "fsdp_sharded": "分片：float32 权重、Adam 状态、已算出的梯度",
+    "fsdp_gathered": "当前单元（已全收集）", "fsdp_prefetched": "下一个单元（预取中）",
+    "fsdp_reducing": "当前单元的梯度（归约散射的输入）",
+    "fsdp_unit": "一个单元的 bfloat16 字节数", "fsdp_fwd": "前向", "fsdp_bwd": "反向",
+})
+
+FSDP_FILL = {"sharded": "#c9d3dc", "gathered": "#0a7d91", "prefetched": "#9fd3dc",
+             "reducing": "#e59a4c"}
+
+
+def fsdp_moments(t: dict) -> str:
+    """Stacked bars of :func:`d2l_ext.memory_budget.fsdp2_moments` for 4 units of 8 processes."""
+    from d2l_ext.memory_budget import fsdp2_moments
+
+    unit = 2.0  # bytes per parameter in bfloat16: one unit's gathered weights = 1 on the axis
+    moments = fsdp2_moments([1, 1, 1, 1], 8)
+    scale, base, left = 26, 250, 90  # pixels per unit's bfloat16 bytes
+    body = [f'<text class="title" x="20" y="24">{t["fsdp_title"]}</text>',
+            f'<path d="M{left - 10},{base} L{left + 8 * 70},{base}" stroke="#444"/>']
+    for level in range(0, 8):
+        y = base - level * scale
+        body += [f'<path d="M{left - 14},{y} L{left - 10},{y}" stroke="#444"/>',
+                 f'<text class="small" x="{left - 18}" y="{y + 4}" text-anchor="end">{level}'
+                 '</text>']
+    body.append(f'<text class="small" x="{left - 60}" y="{base - 8 * scale + 4}">'
+                f'{t["fsdp_unit"]}</text>')
+    for i, m in enumerate(moments):
+        x, y = left + 70 * i + 12, base
+        for part in ("sharded", "gathered", "prefetched", "reducing"):
+            h = getattr(m, part) / unit * scale
+            if h:
+                y -= h
+                body.append(f'<rect x="{x}" y="{y:.1f}" width="46" height="{h:.1f}" '
+                            f'fill="{FSDP_FILL[part]}" stroke="#fff"/>')
+        kind, unit_no = m.label.split()
+        body.append(f'<text class="small" x="{x + 23}" y="{base + 16}" text-anchor="middle">'
+                    f'{t["fsdp_fwd" if kind == "forward" else "fsdp_bwd"]} {unit_no}</text>')
+    for j, part in enumerate(("sharded", "gathered", "prefetched", "reducing")):
+        y = 50 + 22 * j
+        body += [f'<rect x="{left + 8 * 70 + 20}" y="{y}" width="14" height="14" '
+                 f'fill="{FSDP_FILL[part]}"/>',
+                 f'<text class="small" x="{left + 8 * 70 + 40}" y="{y + 12}">'
+                 f'{t["fsdp_" + part]}</text>']
+    return svg(1000, 275, "\n".join(body))
+
+
 #: Each diagram: its file name (without ``.svg``) and the function that draws it.
 DIAGRAMS = [("frontend-backend-torch", frontend_backend_torch),
             ("frontend-backend-mxnet", frontend_backend_mxnet),
             ("dependency-graph", dependency_graph), ("timeline", timeline),
-            ("data-parallel", data_parallel)]
+            ("data-parallel", data_parallel), ("ring-allreduce", ring_allreduce),
+            ("parameter-server", parameter_server), ("bucket-overlap", bucket_overlap),
+            ("fsdp-moments", fsdp_moments)]
 
 
 def main() -> None:

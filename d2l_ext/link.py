@@ -1,0 +1,326 @@
+"""Emulated network links for the processes of one machine (chapter 6, PyTorch).
+
+On a loopback every byte is copied by the cores that also compute: all processes share one
+medium, and neither a ring's spread bytes nor DDP's overlap can show. ``EmulatedLinks`` gives
+every rank of a gloo group a link of its own, full duplex, with a latency and a rate: a
+message of ``n`` bytes from rank ``a`` to rank ``b`` occupies ``a``'s sending side and
+``b``'s receiving side for ``latency + n / rate`` seconds, after both are free. The bytes
+themselves still travel over the loopback, at once; the receiver and the sender then sleep
+until the emulated transfer ends, so the cores are free while bytes are "on the wire" (as
+they are while a network card or NCCL moves them). Where the loopback is slower than the
+emulated link, its own time shows through.
+
+The processes must run on one machine: they share the schedule (an array in shared memory)
+and the clock (``time.monotonic``, which Linux, macOS and Windows keep system-wide).
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from d2l_ext.i18n import Text, message
+
+__all__ = ["EmulatedLinks", "hidden_lesson", "overlap_close", "ratio_lesson", "reserve"]
+
+#: gloo tag of the small message that carries a transfer's end time ahead of its bytes.
+_HEADER_TAG = 7301
+
+
+def reserve(free: list[float], src: int, dst: int, seconds: float, now: float) -> float:
+    """Book a transfer of ``seconds`` from rank ``src`` to rank ``dst`` in the schedule
+    ``free`` (for each rank: its sending side's free time at ``2 * rank``, its receiving
+    side's at ``2 * rank + 1``); return the time the transfer ends. It starts when both
+    sides are free, and not before ``now``."""
+    start = max(now, free[2 * src], free[2 * dst + 1])
+    end = start + seconds
+    free[2 * src] = free[2 * dst + 1] = end
+    return end
+
+
+def _sleep_until(end: float) -> None:
+    delay = end - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)  # releases the core: nothing computes for the link
+
+
+class _Paced:
+    """A request that completes when its messages have arrived and the emulated transfer
+    has ended (``end()`` gives its end time once the messages have arrived)."""
+
+    def __init__(self, requests: list, end: Callable[[], float], keep: Any = None) -> None:
+        self._requests, self._end, self._keep = requests, end, keep
+
+    def wait(self) -> bool:
+        for request in self._requests:
+            request.wait()
+        _sleep_until(self._end())
+        return True
+
+
+class EmulatedLinks:
+    """One emulated link per rank, for ``world_size`` ranks of a gloo group on this machine.
+
+    Make it before ``comm.spawn`` and pass it to the ranks as an argument; in a rank,
+    ``send``/``recv``/``isend``/``irecv`` replace ``torch.distributed``'s, ``all_reduce``
+    is a ring all-reduce that takes the ring's time on these links, and ``ddp_hook()`` is a
+    DDP communication hook that does the same for each bucket, in the background.
+
+    ``rate``: bytes per second in each direction; ``latency``: seconds per message.
+    """
+
+    def __init__(self, world_size: int, rate: float, latency: float) -> None:
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"world_size must be a positive integer, got {world_size!r}.")
+        if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
+            raise ValueError(f"rate must be a positive number of bytes per second, got {rate!r}.")
+        if not (isinstance(latency, (int, float)) and math.isfinite(latency) and latency >= 0):
+            raise ValueError(f"latency must be a number of seconds >= 0, got {latency!r}.")
+        self.world_size, self.rate, self.latency = world_size, float(rate), float(latency)
+        # The schedule, shared by all ranks: passed to them while they start (comm.spawn).
+        self._free = multiprocessing.get_context("spawn").Array("d", 2 * world_size)
+        self._worker: threading.Thread | None = None
+        self._jobs: queue.Queue | None = None
+        self._ring_free = 0.0
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.update(_worker=None, _jobs=None, _ring_free=0.0)  # a process's own
+        return state
+
+    def __repr__(self) -> str:
+        return (f"EmulatedLinks(world_size={self.world_size}, rate={self.rate:g} B/s, "
+                f"latency={self.latency * 1e6:g} us)")
+
+    # -- the model -------------------------------------------------------------------------
+    def message_time(self, nbytes: float) -> float:
+        """Seconds for one message of ``nbytes`` on an idle link."""
+        return self.latency + nbytes / self.rate
+
+    def ring_time(self, nbytes: float, k: int | None = None) -> float:
+        """Seconds for a ring all-reduce of ``nbytes`` among ``k`` ranks (default: all):
+        2 (k - 1) messages of n / k bytes, all ranks sending at once."""
+        k = self.world_size if k is None else k
+        return 2 * (k - 1) * self.message_time(nbytes / k)
+
+    def server_time(self, nbytes: float, k: int | None = None) -> float:
+        """Seconds for an all-reduce of ``nbytes`` through one of ``k`` ranks: k - 1 messages
+        into its link, one after the other, then k - 1 out of it."""
+        k = self.world_size if k is None else k
+        return 2 * (k - 1) * self.message_time(nbytes)
+
+    # -- point to point ----------------------------------------------------------------------
+    def _group(self) -> tuple[Any, int]:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            raise RuntimeError("EmulatedLinks works inside a process group: call it in the "
+                               "ranks that comm.spawn starts.")
+        if dist.get_backend() != "gloo":
+            raise RuntimeError("EmulatedLinks emulates links between CPU processes: start "
+                               "the group with backend='gloo' (NCCL's GPUs have real links).")
+        if dist.get_world_size() != self.world_size:
+            size = dist.get_world_size()
+            raise RuntimeError(f"these links are for {self.world_size} ranks; the group has "
+                               f"{size}. Make EmulatedLinks({size}, ...).")
+        return dist, dist.get_rank()
+
+    def isend(self, tensor, dst: int) -> _Paced:
+        """Start sending ``tensor`` to rank ``dst``; ``wait()`` returns when the emulated
+        transfer has ended."""
+        import torch
+
+        dist, rank = self._group()
+        seconds = self.message_time(tensor.numel() * tensor.element_size())
+        with self._free.get_lock():
+            end = reserve(self._free, rank, dst, seconds, time.monotonic())
+        header = torch.tensor([end], dtype=torch.float64)
+        requests = [dist.isend(header, dst, tag=_HEADER_TAG), dist.isend(tensor, dst)]
+        return _Paced(requests, lambda: end, keep=header)
+
+    def irecv(self, tensor, src: int) -> _Paced:
+        """Start receiving ``tensor`` from rank ``src``; ``wait()`` returns when the emulated
+        transfer has ended."""
+        import torch
+
+        dist, _ = self._group()
+        header = torch.zeros(1, dtype=torch.float64)
+        requests = [dist.irecv(header, src, tag=_HEADER_TAG), dist.irecv(tensor, src)]
+        return _Paced(requests, lambda: float(header[0]))
+
+    def send(self, tensor, dst: int) -> None:
+        """Send ``tensor`` to rank ``dst``, returning when the emulated transfer has ended."""
+        self.isend(tensor, dst).wait()
+
+    def recv(self, tensor, src: int) -> None:
+        """Receive ``tensor`` from rank ``src``, returning when the emulated transfer ended."""
+        self.irecv(tensor, src).wait()
+
+    # -- all-reduce ----------------------------------------------------------------------------
+    def _start_all_reduce(self, tensor) -> tuple[Callable[[], float], Any]:
+        """Start gloo's all-reduce of ``tensor`` and of the ranks' start times; return a
+        function that waits for both and gives the emulated ring's end time."""
+        import torch
+
+        dist, _ = self._group()
+        stamp = torch.tensor([time.monotonic()], dtype=torch.float64)
+        header = dist.all_reduce(stamp, op=dist.ReduceOp.MAX, async_op=True)
+        payload = dist.all_reduce(tensor, async_op=True)
+        seconds = self.ring_time(tensor.numel() * tensor.element_size())
+
+        def end() -> float:  # called in order: every rank books the same times
+            header.wait()
+            start = max(float(stamp[0]), self._ring_free)  # the last rank to arrive
+            self._ring_free = start + seconds
+            payload.wait()
+            return self._ring_free
+        return end, payload
+
+    def all_reduce(self, tensor) -> None:
+        """Sum ``tensor`` over the ranks, in place, in the time a ring takes on these links."""
+        self._drain()
+        end, _ = self._start_all_reduce(tensor)
+        _sleep_until(end())
+
+    def _drain(self) -> None:
+        if self._jobs is not None:
+            self._jobs.join()
+
+    def _serve(self) -> None:
+        while True:
+            end, tensor, future = self._jobs.get()
+            try:
+                _sleep_until(end())
+                future.set_result(tensor)
+            except BaseException as error:  # noqa: BLE001 - handed to DDP, which raises it
+                future.set_exception(error)
+            finally:
+                self._jobs.task_done()
+
+    def ddp_hook(self) -> Callable:
+        """A DDP communication hook: each bucket averaged by a ring all-reduce that ends when
+        the emulated ring would, waited for by a thread of this process, so that backward
+        goes on meanwhile (``ddp.register_comm_hook(None, links.ddp_hook())``)."""
+        import torch
+
+        def hook(state, bucket):
+            import torch.distributed as dist
+
+            if self._worker is None:
+                self._jobs = queue.Queue()
+                self._worker = threading.Thread(target=self._serve, daemon=True)
+                self._worker.start()
+            tensor = bucket.buffer().div_(dist.get_world_size())
+            end, _ = self._start_all_reduce(tensor)
+            future = torch.futures.Future()
+            self._jobs.put((end, tensor, future))
+            return future
+        return hook
+
+
+# ---- reading the emulated runs (chapter 6) -------------------------------------------------
+
+def ratio_lesson(measured: Mapping[int, float], model: Mapping[int, float],
+                 slack: float = 0.25) -> Text:
+    """What server / ring on emulated links says, for each process count k: ``measured``
+    and ``model`` ratios. "Follows" needs the ratio to grow with k and stay within ``slack``
+    of the model at every k."""
+    if not measured or set(measured) != set(model):
+        raise ValueError("measured and model need the same process counts, at least one.")
+    ks = sorted(measured)
+    grows = all(measured[a] < measured[b] for a, b in zip(ks, ks[1:]))
+    miss = max(abs(measured[k] / model[k] - 1) for k in ks)
+    listed_en = ", ".join(f"{measured[k]:.2f}" for k in ks)
+    listed_zh = "、".join(f"{measured[k]:.2f}" for k in ks)
+    model_en = ", ".join(f"{model[k]:.2f}" for k in ks)
+    model_zh = "、".join(f"{model[k]:.2f}" for k in ks)
+    counts_en, counts_zh = ", ".join(map(str, ks)), "、".join(map(str, ks))
+    head = message(
+        en=f"On emulated links the server took {listed_en} times as long as the ring with "
+           f"{counts_en} processes; the model of separate links says {model_en}",
+        zh=f"在模拟链路上，{counts_zh} 个进程时服务器式的耗时分别是环形的 {listed_zh} 倍；"
+           f"各有链路的模型给出的是 {model_zh}")
+    if len(ks) > 1 and grows and miss <= slack:
+        tail = message(en=f": the ratio grows with k, within {miss:.0%} of the model",
+                       zh=f"：这个比值随 k 增长，与模型相差不超过 {miss:.0%}")
+    elif len(ks) > 1 and grows:
+        tail = message(en=f": the ratio grows with k, as the model says, but misses it by up "
+                          f"to {miss:.0%}",
+                       zh=f"：这个比值像模型说的那样随 k 增长，但与模型最多相差 {miss:.0%}")
+    elif len(ks) > 1:
+        tail = message(en=": the ratio does not grow with k here, against the model",
+                       zh="：这里这个比值并没有随 k 增长，与模型不符")
+    else:
+        tail = message(en=f" (one process count: the growth with k is not shown; the miss "
+                          f"is {miss:.0%})",
+                       zh=f"（只有一种进程数，看不出随 k 的增长；偏差为 {miss:.0%}）")
+    return message(en=head.en + tail.en + ".", zh=head.zh + tail.zh + "。")
+
+
+def hidden_lesson(one_bucket: float, best: float, best_name: Text, faster: bool,
+                  compute: float, forward: float, communicate: float) -> Text:
+    """How much communication DDP's buckets hid on emulated links: the step with one bucket
+    against the best setting (seconds, medians; ``faster``: that setting was faster in every
+    round), beside the computation, its forward pass and the all-reduce, each timed alone.
+    The backward pass (computation minus forward) bounds what overlap can hide."""
+    if min(one_bucket, best, compute, communicate) <= 0 or forward < 0:
+        raise ValueError("the times must be positive.")
+    backward = max(compute - forward, 0.0)
+    bound = min(backward, communicate)
+    head = message(
+        en=f"With one bucket a step took {one_bucket * 1e3:,.1f} ms, against "
+           f"{(compute + communicate) * 1e3:,.1f} ms for the computation and the communication "
+           "timed alone, one after the other",
+        zh=f"只用一个桶时，一步耗时 {one_bucket * 1e3:,.1f} 毫秒；计算与通信单独计时，"
+           f"前后相加是 {(compute + communicate) * 1e3:,.1f} 毫秒")
+    if not faster:
+        return message(
+            en=head.en + f". No setting with several buckets was faster in every round (the "
+                         f"best, “{best_name.en}”, took {best * 1e3:,.1f} ms): this run shows no "
+                         "hidden communication beyond its spread.",
+            zh=head.zh + f"。分多个桶的设置没有一个在每个回合都更快（最好的“{best_name.zh}”"
+                         f"耗时 {best * 1e3:,.1f} 毫秒）：超出波动的被藏起来的通信，"
+                         "这次运行看不出来。")
+    gain = one_bucket - best
+    return message(
+        en=head.en + f"; with “{best_name.en}” it took {best * 1e3:,.1f} ms: "
+                     f"{gain * 1e3:,.1f} ms, {gain / communicate:.0%} of the communication, "
+                     "hidden behind the backward pass. Backward took about "
+                     f"{backward * 1e3:,.1f} ms (the computation minus a forward pass timed "
+                     "alone); the smaller of it and the communication, "
+                     f"{bound * 1e3:,.1f} ms, is the most that any bucketing could hide here.",
+        zh=head.zh + f"；用“{best_name.zh}”时耗时 {best * 1e3:,.1f} 毫秒：有 "
+                     f"{gain * 1e3:,.1f} 毫秒，即通信的 {gain / communicate:.0%}，藏到了反向传播"
+                     f"后面。反向传播约耗时 {backward * 1e3:,.1f} 毫秒（计算减去单独计时的前向"
+                     f"传播）；它与通信时间中较小的那个，即 {bound * 1e3:,.1f} 毫秒，"
+                     "是这里任何分桶方式最多能藏起来的时间。")
+
+
+def overlap_close(on_links: bool, on_loopback: bool) -> Text:
+    """Chapter 6's lesson on overlap from two verdicts: did a DDP with several buckets beat
+    one bucket in every round on emulated links (``on_links``), and on the loopback?"""
+    if not on_links:
+        return message(
+            en="buckets are expected to hide communication behind backward where the links "
+               "work without the processors, but this run shows no such gain even on emulated "
+               "links.",
+            zh="按预期，链路不需要处理器就能工作时，分桶能把通信藏到反向传播后面；"
+               "但这次运行即使在模拟链路上也没有显示出这样的收益。")
+    if on_loopback:
+        return message(
+            en="buckets hide communication behind backward where the links work without the "
+               "processors, as the emulated links show; in this run they paid on the loopback "
+               "too, where the bytes need the cores.",
+            zh="链路不需要处理器就能工作时，分桶能把通信藏到反向传播后面，模拟链路显示了这一点；"
+               "这次运行中，在字节需要核心的回环接口上，分桶也带来了好处。")
+    return message(
+        en="buckets hide communication behind backward where the links work without the "
+           "processors, as the emulated links show; on the loopback, where the bytes need the "
+           "cores, the same buckets did not pay in this run.",
+        zh="链路不需要处理器就能工作时，分桶能把通信藏到反向传播后面，模拟链路显示了这一点；"
+           "在字节需要核心的回环接口上，同样的分桶在这次运行中没有带来好处。")
