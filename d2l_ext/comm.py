@@ -414,8 +414,8 @@ def overlap_lesson(versus: Mapping[str, Paired], buckets: Mapping[str, int], rou
            "the rounds disagree, so this run shows no gain from overlap beyond its "
            "round-to-round spread.",
         zh=f"分多个桶的设置没有一个在每个回合都比只用一个桶快；其中最好的{zh}，"
-           f"按中位数是一个桶的 {p.median:.0%}：各回合结论不一，"
-           "超出回合间波动的重叠收益，这次运行看不出来。")
+           f"按中位数，耗时是一个桶的 {p.median:.0%}：各回合结论不一，"
+           "这次运行看不出超出回合间波动的重叠收益。")
 
 
 def apart(a: Sequence[float], b: Sequence[float]) -> str:
@@ -448,13 +448,13 @@ def fit_miss_note(size: str, miss: float) -> Text:
     half makes its fitted numbers, and ratios of them, rough."""
     if abs(miss) <= 0.5:
         return message(
-            en=f"The all-reduce's own fit missed its times by at most {miss:+.0%} (at {size}).",
-            zh=f"全归约自己的拟合与它的实测时间相差至多 {miss:+.0%}（在 {size} 处）。")
+            en=f"The all-reduce's own fit: its largest miss was {miss:+.0%} (at {size}).",
+            zh=f"全归约自己的拟合，最大偏差为 {miss:+.0%}（在 {size} 处）。")
     return message(
-        en=f"The all-reduce's own fit, though, missed its times by up to {miss:+.0%} (at "
-           f"{size}), more than half: its fitted $\\alpha$ and $\\beta$ describe the "
+        en=f"The all-reduce's own fit, though, had a largest miss of {miss:+.0%} (at "
+           f"{size}), beyond 50%: its fitted $\\alpha$ and $\\beta$ describe the "
            "fitted model, not the all-reduce, so read these two ratios as rough.",
-        zh=f"不过，全归约自己的拟合与它的实测时间相差可达 {miss:+.0%}（在 {size} 处），超过一半："
+        zh=f"不过，全归约自己的拟合，最大偏差达 {miss:+.0%}（在 {size} 处），超过 50%："
            "拟合出的 $\\alpha$ 和 $\\beta$ 描述的是模型，而不是全归约本身，所以上面这两个"
            "比值只能粗略地看。")
 
@@ -470,9 +470,9 @@ def reduce_verdict(reduce_beta: float, beta: float, between_gpus: bool,
     if abs(miss) <= 0.5:
         return verdict
     return message(
-        en=f"{verdict.en}; the fits behind these two $\\beta$s, though, miss their times by up "
-           f"to {miss:+.0%}, so read this as rough",
-        zh=f"{verdict.zh}。不过，得出这两个 $\\beta$ 的拟合与实测时间相差可达 {miss:+.0%}，"
+        en=f"{verdict.en}; the fits behind these two $\\beta$s, though, have a largest miss of "
+           f"{miss:+.0%} against their times, so read this as rough",
+        zh=f"{verdict.zh}。不过，得出这两个 $\\beta$ 的拟合与实测时间的最大偏差达 {miss:+.0%}，"
            "所以这个结论只能粗略地看")
 
 
@@ -665,8 +665,8 @@ def link_reading(between_gpus: bool) -> dict[str, Text]:
                    "\"Beyond One Machine\" reach tens to hundreds of GB/s over NVLink, with "
                    "latencies of a few to tens of microseconds, and whether these two GPUs "
                    "share NVLink or only PCIe decides where this run can fall.",
-                zh="这两个数就是 GPU 之间的：“跨越多台机器”一节引用的 `nccl-tests` 运行结果显示，"
-                   "经由 NVLink 的带宽可达每秒几十到几百 GB，延迟为几微秒到几十微秒；"
+                zh="这两个数本身就是在 GPU 之间测得的：“跨越多台机器”一节引用的 `nccl-tests` "
+                   "运行结果显示，经由 NVLink 的带宽可达每秒几十到几百 GB，延迟为几微秒到几十微秒；"
                    "这两块 GPU 之间是 NVLink 还是只有 PCIe，决定了这次运行能落在哪里。")}
     return {
         "causes": message(

@@ -25,11 +25,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from d2l_ext.i18n import Text, message
+from d2l_ext.utils import Timing
 
-__all__ = ["EmulatedLinks", "hidden_lesson", "overlap_close", "ratio_lesson", "reserve"]
+__all__ = ["EmulatedLinks", "hidden_lesson", "overlap_bound", "overlap_close", "ratio_lesson",
+           "reserve"]
 
-#: gloo tag of the small message that carries a transfer's end time ahead of its bytes.
-_HEADER_TAG = 7301
+#: gloo tags of the small message that carries a transfer's end time, and of the bytes that
+#: follow it (not 0, the tag of a user's own sends to the same peer).
+_HEADER_TAG, _DATA_TAG = 7301, 7302
 
 
 def reserve(free: list[float], src: int, dst: int, seconds: float, now: float) -> float:
@@ -41,6 +44,17 @@ def reserve(free: list[float], src: int, dst: int, seconds: float, now: float) -
     end = start + seconds
     free[2 * src] = free[2 * dst + 1] = end
     return end
+
+
+def _check_tensor(tensor) -> None:
+    import torch
+
+    if tensor.layout != torch.strided or tensor.device.type != "cpu":
+        raise ValueError("EmulatedLinks sends dense CPU tensors (gloo's rule); got a "
+                         f"{tensor.layout} tensor on {tensor.device}.")
+    if not tensor.is_contiguous():
+        raise ValueError("EmulatedLinks sends contiguous tensors (gloo's rule): pass "
+                         "tensor.contiguous(), and copy a received one back where it belongs.")
 
 
 def _sleep_until(end: float) -> None:
@@ -136,11 +150,13 @@ class EmulatedLinks:
         import torch
 
         dist, rank = self._group()
+        _check_tensor(tensor)  # before booking: a refused send must not hold the link
         seconds = self.message_time(tensor.numel() * tensor.element_size())
         with self._free.get_lock():
             end = reserve(self._free, rank, dst, seconds, time.monotonic())
         header = torch.tensor([end], dtype=torch.float64)
-        requests = [dist.isend(header, dst, tag=_HEADER_TAG), dist.isend(tensor, dst)]
+        requests = [dist.isend(header, dst, tag=_HEADER_TAG),
+                    dist.isend(tensor, dst, tag=_DATA_TAG)]
         return _Paced(requests, lambda: end, keep=header)
 
     def irecv(self, tensor, src: int) -> _Paced:
@@ -149,9 +165,17 @@ class EmulatedLinks:
         import torch
 
         dist, _ = self._group()
+        _check_tensor(tensor)
         header = torch.zeros(1, dtype=torch.float64)
-        requests = [dist.irecv(header, src, tag=_HEADER_TAG), dist.irecv(tensor, src)]
+        requests = [dist.irecv(header, src, tag=_HEADER_TAG),
+                    dist.irecv(tensor, src, tag=_DATA_TAG)]
         return _Paced(requests, lambda: float(header[0]))
+
+    def batch_isend_irecv(self, ops: list) -> list[_Paced]:
+        """Start the sends and receives in ``ops`` (``torch.distributed.P2POp``, as for
+        ``torch.distributed.batch_isend_irecv``) on the emulated links; one request each."""
+        return [self.isend(op.tensor, op.peer) if getattr(op.op, "__name__", "") == "isend"
+                else self.irecv(op.tensor, op.peer) for op in ops]
 
     def send(self, tensor, dst: int) -> None:
         """Send ``tensor`` to rank ``dst``, returning when the emulated transfer has ended."""
@@ -254,7 +278,7 @@ def ratio_lesson(measured: Mapping[int, float], model: Mapping[int, float],
                        zh=f"：这个比值像模型说的那样随 k 增长，但与模型最多相差 {miss:.0%}")
     elif len(ks) > 1:
         tail = message(en=": the ratio does not grow with k here, against the model",
-                       zh="：这里这个比值并没有随 k 增长，与模型不符")
+                       zh="：这里的比值并没有随 k 增长，与模型不符")
     else:
         tail = message(en=f" (one process count: the growth with k is not shown; the miss "
                           f"is {miss:.0%})",
@@ -262,65 +286,102 @@ def ratio_lesson(measured: Mapping[int, float], model: Mapping[int, float],
     return message(en=head.en + tail.en + ".", zh=head.zh + tail.zh + "。")
 
 
-def hidden_lesson(one_bucket: float, best: float, best_name: Text, faster: bool,
-                  compute: float, forward: float, communicate: float) -> Text:
+def overlap_bound(compute: float, forward: float, communicate: float) -> float:
+    """The most that overlap can hide in a step: the smaller of the backward pass (the
+    computation minus its forward pass, timed alone) and the communication (seconds)."""
+    return min(max(compute - forward, 0.0), communicate)
+
+
+def hidden_lesson(one_bucket: Timing, best: float, best_name: Text, faster: bool,
+                  compute: float, forward: float, communicate: float,
+                  loopback: float | None = None) -> Text:
     """How much communication DDP's buckets hid on emulated links: the step with one bucket
-    against the best setting (seconds, medians; ``faster``: that setting was faster in every
-    round), beside the computation, its forward pass and the all-reduce, each timed alone.
-    The backward pass (computation minus forward) bounds what overlap can hide."""
-    if min(one_bucket, best, compute, communicate) <= 0 or forward < 0:
+    (its timings) against the best setting (seconds, median; ``faster``: that setting was
+    faster in every round), beside the computation, its forward pass, the emulated all-reduce
+    and, if given, the real loopback all-reduce under it, each timed alone (seconds)."""
+    if min(one_bucket.median, best, compute, communicate) <= 0 or forward < 0:
         raise ValueError("the times must be positive.")
     backward = max(compute - forward, 0.0)
-    bound = min(backward, communicate)
+    bound = overlap_bound(compute, forward, communicate)
+    spread = one_bucket.max - one_bucket.min
     head = message(
-        en=f"With one bucket a step took {one_bucket * 1e3:,.1f} ms, against "
+        en=f"With one bucket a step took {one_bucket.median * 1e3:,.1f} ms, against "
            f"{(compute + communicate) * 1e3:,.1f} ms for the computation and the communication "
            "timed alone, one after the other",
-        zh=f"只用一个桶时，一步耗时 {one_bucket * 1e3:,.1f} 毫秒；计算与通信单独计时，"
-           f"前后相加是 {(compute + communicate) * 1e3:,.1f} 毫秒")
+        zh=f"只用一个桶时，一步耗时 {one_bucket.median * 1e3:,.1f} 毫秒；计算与通信各自单独计时，"
+           f"两者相加为 {(compute + communicate) * 1e3:,.1f} 毫秒")
+    limit = message(
+        en=f"Backward took about {backward * 1e3:,.1f} ms (the computation minus a forward pass "
+           "timed alone); the smaller of it and the communication, "
+           f"{bound * 1e3:,.1f} ms, is the most that any bucketing could hide here.",
+        zh=f"反向传播约耗时 {backward * 1e3:,.1f} 毫秒（计算减去单独计时的前向传播）；反向传播与"
+           f"通信两者中较短的那个，即 {bound * 1e3:,.1f} 毫秒，"
+           "是这里任何分桶方式最多能藏起来的时间。")
+    cores = message(en="", zh="") if loopback is None else message(
+        en=f" The emulated links need no cores, but the real all-reduce underneath, over the "
+           f"loopback, does: it took {loopback * 1e3:,.1f} ms alone, and runs on the cores "
+           "that compute backward.",
+        zh=f"模拟链路本身不占用核心，但底下真正经由回环接口的全归约要占用：它单独计时耗时 "
+           f"{loopback * 1e3:,.1f} 毫秒，用的正是计算反向传播的那些核心。")
     if not faster:
+        short = message(
+            en=f" That is within the one-bucket step's spread ({spread * 1e3:,.1f} ms between "
+               "its fastest and slowest round): this run could not show overlap.",
+            zh=f"这落在单桶一步的波动之内（最快与最慢的回合相差 {spread * 1e3:,.1f} 毫秒）："
+               "这次运行无法显示重叠。") if bound <= spread else message(en="", zh="")
         return message(
-            en=head.en + f". No setting with several buckets was faster in every round (the "
-                         f"best, “{best_name.en}”, took {best * 1e3:,.1f} ms): this run shows no "
-                         "hidden communication beyond its spread.",
-            zh=head.zh + f"。分多个桶的设置没有一个在每个回合都更快（最好的“{best_name.zh}”"
-                         f"耗时 {best * 1e3:,.1f} 毫秒）：超出波动的被藏起来的通信，"
-                         "这次运行看不出来。")
-    gain = one_bucket - best
+            en=head.en + f"; the best setting with several buckets, “{best_name.en}”, took "
+                         f"{best * 1e3:,.1f} ms. " + limit.en + short.en + cores.en,
+            zh=head.zh + f"；分多个桶的设置中，最好的“{best_name.zh}”耗时 "
+                         f"{best * 1e3:,.1f} 毫秒。" + limit.zh + short.zh + cores.zh)
+    gain = one_bucket.median - best
     return message(
         en=head.en + f"; with “{best_name.en}” it took {best * 1e3:,.1f} ms: "
                      f"{gain * 1e3:,.1f} ms, {gain / communicate:.0%} of the communication, "
-                     "hidden behind the backward pass. Backward took about "
-                     f"{backward * 1e3:,.1f} ms (the computation minus a forward pass timed "
-                     "alone); the smaller of it and the communication, "
-                     f"{bound * 1e3:,.1f} ms, is the most that any bucketing could hide here.",
+                     "hidden behind the backward pass. " + limit.en + cores.en,
         zh=head.zh + f"；用“{best_name.zh}”时耗时 {best * 1e3:,.1f} 毫秒：有 "
                      f"{gain * 1e3:,.1f} 毫秒，即通信的 {gain / communicate:.0%}，藏到了反向传播"
-                     f"后面。反向传播约耗时 {backward * 1e3:,.1f} 毫秒（计算减去单独计时的前向"
-                     f"传播）；它与通信时间中较小的那个，即 {bound * 1e3:,.1f} 毫秒，"
-                     "是这里任何分桶方式最多能藏起来的时间。")
+                     "后面。" + limit.zh + cores.zh)
 
 
-def overlap_close(on_links: bool, on_loopback: bool) -> Text:
+#: Where the plain (not emulated) DDP of chapter 6 ran, by backend, in a sentence.
+_ELSEWHERE = {"gloo": message(en="the loopback, where the bytes need the cores",
+                              zh="字节需要核心的回环接口"),
+              "nccl": message(en="NCCL between GPUs", zh="GPU 之间的 NCCL")}
+
+
+def overlap_close(on_links: bool, elsewhere: bool, backend: str = "gloo",
+                  could_show: bool = True) -> Text:
     """Chapter 6's lesson on overlap from two verdicts: did a DDP with several buckets beat
-    one bucket in every round on emulated links (``on_links``), and on the loopback?"""
+    one bucket in every round on emulated links (``on_links``), and with the plain DDP on
+    ``backend`` (``elsewhere``)? ``could_show``: was the most that overlap could hide on the
+    links beyond the spread of the steps?"""
+    if backend not in _ELSEWHERE:
+        raise ValueError(f"backend must be one of {sorted(_ELSEWHERE)}, got {backend!r}.")
+    where = _ELSEWHERE[backend]
+    if not on_links and not could_show:
+        return message(
+            en="buckets can hide communication only behind backward computation; here backward "
+               "was too short, next to the steps' spread, for the emulated run to show it.",
+            zh="分桶只能把通信藏到反向传播的计算后面；这里反向传播太短，与一步的波动相比，"
+               "模拟链路上的运行显示不出来。")
     if not on_links:
         return message(
             en="buckets are expected to hide communication behind backward where the links "
                "work without the processors, but this run shows no such gain even on emulated "
                "links.",
-            zh="按预期，链路不需要处理器就能工作时，分桶能把通信藏到反向传播后面；"
-               "但这次运行即使在模拟链路上也没有显示出这样的收益。")
-    if on_loopback:
+            zh="链路不需要处理器也能工作时，分桶按理能把通信藏到反向传播后面；"
+               "但这次运行即使在模拟链路上也没能显示出这种收益。")
+    if elsewhere:
         return message(
             en="buckets hide communication behind backward where the links work without the "
-               "processors, as the emulated links show; in this run they paid on the loopback "
-               "too, where the bytes need the cores.",
+               f"processors, as the emulated links show; in this run they paid on {where.en}, "
+               "as well.",
             zh="链路不需要处理器就能工作时，分桶能把通信藏到反向传播后面，模拟链路显示了这一点；"
-               "这次运行中，在字节需要核心的回环接口上，分桶也带来了好处。")
+               f"这次运行中，在{where.zh}上，分桶也带来了好处。")
     return message(
         en="buckets hide communication behind backward where the links work without the "
-           "processors, as the emulated links show; on the loopback, where the bytes need the "
-           "cores, the same buckets did not pay in this run.",
+           f"processors, as the emulated links show; on {where.en}, the same bucket_cap_mb "
+           "settings did not pay in this run.",
         zh="链路不需要处理器就能工作时，分桶能把通信藏到反向传播后面，模拟链路显示了这一点；"
-           "在字节需要核心的回环接口上，同样的分桶在这次运行中没有带来好处。")
+           f"在{where.zh}上，同样的 bucket_cap_mb 设置在这次运行中没有带来好处。")

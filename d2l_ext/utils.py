@@ -132,10 +132,12 @@ class Timing:
 
     def text(self, unit: str = "ms", digits: int = 2) -> Text:
         """``"12.34 ms (11.90–13.01)"``: the median and the range, in ``unit`` (s, ms, us),
-        in the reader's language (Chinese: ``"12.34 毫秒（11.90–13.01）"``)."""
+        in the reader's language (Chinese: ``"12.34 毫秒（11.90–13.01）"``), with thousands
+        separators (``"1,234.50 ms"``)."""
         scale = {"s": 1.0, "ms": 1e3, "us": 1e6}[unit]
         zh_unit = {"s": "秒", "ms": "毫秒", "us": "微秒"}[unit]
-        median, low, high = (f"{t * scale:.{digits}f}" for t in (self.median, self.min, self.max))
+        median, low, high = (f"{t * scale:,.{digits}f}"
+                             for t in (self.median, self.min, self.max))
         return message(en=f"{median} {unit} ({low}\u2013{high})",
                        zh=f"{median} {zh_unit}（{low}\u2013{high}）")
 

@@ -436,7 +436,7 @@ SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab m
          "device.empty_cache()", "mx.cpu_pinned(0)", "d2l.measure(", "np.dot(",
          "gluon.utils.split_and_load(", "p.list_grad()", 'mx.Context("cpu_shared", 0)')),
     "communication": (
-        ("comm.spawn(", "dist.send(", "dist.recv(", "via.isend(", "via.irecv(",
+        ("comm.spawn(", "dist.send(", "dist.recv(", "via.batch_isend_irecv(", "dist.P2POp(",
          "dist.all_reduce(", "comm.timing(", "comm.fit_alpha_beta(", "def ring_all_reduce(",
          "def server_all_reduce(", "comm.bus_bandwidth(", "def average_gradients(",
          "DDP(mlp(width))", "bucket_cap_mb=", "export_chrome_trace(", "trace.plot_timeline(",

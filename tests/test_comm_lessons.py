@@ -223,19 +223,19 @@ def test_sequence_lesson_reads_the_complete_steps_against_the_parts_added():
 
 def test_fit_miss_note_hedges_a_fit_that_misses_by_more_than_half():
     close = comm.fit_miss_note("1 MiB", -0.43)
-    assert "at most -43% (at 1 MiB)" in close and "rough" not in close
-    assert "相差至多 -43%" in close.zh
+    assert "its largest miss was -43% (at 1 MiB)" in close and "rough" not in close
+    assert "最大偏差为 -43%（在 1 MiB 处）" in close.zh
     far = comm.fit_miss_note("256 KiB", 3.06)
-    assert "up to +306% (at 256 KiB), more than half" in far and "as rough" in far
-    assert "超过一半" in far.zh and "粗略" in far.zh
+    assert "a largest miss of +306% (at 256 KiB), beyond 50%" in far and "as rough" in far
+    assert "最大偏差达 +306%（在 256 KiB 处），超过 50%" in far.zh and "粗略" in far.zh
 
 
 def test_reduce_verdict_is_hedged_when_its_fits_miss_by_more_than_half():
     plain = comm.reduce_verdict(0.5e9, 1e9, False, miss=0.3)
     assert "more slowly" in plain and "rough" not in plain and "粗略" not in plain.zh
     hedged = comm.reduce_verdict(0.5e9, 1e9, False, miss=-0.7)
-    assert "more slowly" in hedged and "miss their times by up to -70%" in hedged
-    assert "read this as rough" in hedged and "相差可达 -70%" in hedged.zh
+    assert "more slowly" in hedged and "a largest miss of -70%" in hedged
+    assert "read this as rough" in hedged and "最大偏差达 -70%" in hedged.zh
     assert "粗略" in hedged.zh
 
 

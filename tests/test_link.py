@@ -17,6 +17,7 @@ dist = pytest.importorskip("torch.distributed")
 
 from d2l_ext import comm, link  # noqa: E402
 from d2l_ext.i18n import message  # noqa: E402
+from d2l_ext.utils import Timing  # noqa: E402
 
 # ---- the schedule, with a clock of our own ---------------------------------------------------
 
@@ -102,7 +103,8 @@ def _one_way_times(rank, world_size, links, sizes, repeats):
 def test_messages_take_the_latency_and_rate_that_were_set():
     links = link.EmulatedLinks(2, rate=20e6, latency=5e-3)  # 20 MB/s, 5 ms
     sizes = [4, 2**16, 2**20]
-    measured = comm.spawn(_one_way_times, 2, links, sizes, 3, backend="gloo")[1]  # receiver
+    # the sender: it books at its start (the receiver may start after the booking)
+    measured = comm.spawn(_one_way_times, 2, links, sizes, 3, backend="gloo")[0]
     for nbytes, seconds in measured.items():
         model = links.message_time(nbytes)
         assert seconds >= model * 0.98  # sleeping never ends early
@@ -245,22 +247,134 @@ def test_ratio_lesson_follows_grows_or_contradicts():
 
 def test_hidden_lesson_bounds_by_the_smaller_of_backward_and_communication():
     name = message(en="DDP, bucket_cap_mb=1", zh="DDP，bucket_cap_mb=1")
-    text = link.hidden_lesson(0.110, 0.080, name, True, compute=0.060, forward=0.020,
-                              communicate=0.050)
+    one = Timing((0.108, 0.110, 0.112))
+    text = link.hidden_lesson(one, 0.080, name, True, compute=0.060, forward=0.020,
+                              communicate=0.050, loopback=0.004)
     assert "30.0 ms, 60% of the communication" in text.en
     assert "40.0 ms, is the most" in text.en  # backward 40 ms < communication 50 ms
+    assert "took 4.0 ms alone" in text.en and "4.0 毫秒" in text.zh
     assert "30.0 毫秒，即通信的 60%" in text.zh and "即 40.0 毫秒" in text.zh
-    short = link.hidden_lesson(0.110, 0.080, name, True, compute=0.100, forward=0.020,
+    short = link.hidden_lesson(one, 0.080, name, True, compute=0.100, forward=0.020,
                                communicate=0.030)
     assert "30.0 ms, is the most" in short.en  # communication is the smaller
-    none = link.hidden_lesson(0.110, 0.105, name, False, 0.06, 0.02, 0.05)
-    assert "shows no hidden communication" in none.en and "看不出来" in none.zh
+    assert "loopback" not in short.en  # no loopback timing given
+    none = link.hidden_lesson(one, 0.105, name, False, 0.06, 0.02, 0.05)
+    assert "the best setting with several buckets, “DDP, bucket_cap_mb=1”, took 105.0 ms" \
+        in none.en
+    assert "hidden behind" not in none.en and "could not show" not in none.en
+    assert "最好的“DDP，bucket_cap_mb=1”耗时 105.0 毫秒" in none.zh
+    # backward of 3 ms against a spread of 4 ms: the run cannot show overlap, and says so
+    tiny = link.hidden_lesson(one, 0.105, name, False, 0.023, 0.020, 0.05)
+    assert "could not show overlap" in tiny.en and "无法显示重叠" in tiny.zh
     with pytest.raises(ValueError):
-        link.hidden_lesson(0.0, 0.08, name, True, 0.06, 0.02, 0.05)
+        link.hidden_lesson(Timing((0.0,)), 0.08, name, True, 0.06, 0.02, 0.05)
 
 
-def test_overlap_close_says_each_outcome():
+def test_overlap_bound():
+    assert link.overlap_bound(0.06, 0.02, 0.05) == pytest.approx(0.04)
+    assert link.overlap_bound(0.06, 0.02, 0.03) == pytest.approx(0.03)
+    assert link.overlap_bound(0.01, 0.02, 0.03) == 0.0
+
+
+def test_overlap_close_says_each_outcome_and_where_the_plain_ddp_ran():
     assert "no such gain even on emulated" in link.overlap_close(False, True).en
-    assert "paid on the loopback too" in link.overlap_close(True, True).en
-    assert "did not pay in this run" in link.overlap_close(True, False).en
+    assert "too short" in link.overlap_close(False, False, could_show=False).en
+    assert "paid on the loopback, where the bytes need the cores, as well" in \
+        link.overlap_close(True, True).en
+    gpus = link.overlap_close(True, False, "nccl")
+    assert "on NCCL between GPUs, the same bucket_cap_mb settings did not pay" in gpus.en
+    assert "loopback" not in gpus.en and "GPU 之间的 NCCL" in gpus.zh
     assert "没有带来好处" in link.overlap_close(True, False).zh
+    with pytest.raises(ValueError, match="backend"):
+        link.overlap_close(True, False, "mpi")
+
+
+# ---- the hook lets backward go on; refused tensors hold no link ----------------------------
+
+
+class _SlowBackward(torch.autograd.Function):
+    """Identity whose backward sleeps: a layer whose backward takes known time, without
+    using the cores."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(0.02)
+        return grad
+
+
+def _overlap_on_links(rank, world_size, links, mb):
+    """Seconds of a DDP step (best of 3, after warm-up) of four 1 MiB layers whose backward
+    sleeps 20 ms each, with the links' hook and bucket_cap_mb=mb."""
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.layers = nn.ModuleList(nn.Linear(512, 512, bias=False) for _ in range(4))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = _SlowBackward.apply(layer(x))
+            return x.sum()
+
+    ddp = DDP(Net(), bucket_cap_mb=mb)
+    ddp.register_comm_hook(None, links.ddp_hook())
+    x = torch.randn(4, 512)
+    seconds = []
+    for _ in range(5):
+        ddp.zero_grad()
+        dist.barrier()
+        start = time.monotonic()
+        ddp(x).backward()
+        seconds.append(time.monotonic() - start)
+    return min(seconds[2:])
+
+
+def test_the_hook_lets_backward_go_on_while_buckets_travel():
+    links = link.EmulatedLinks(2, rate=50e6, latency=1e-3)
+    grad_bytes = 4 * 4 * 512 * 512  # 4 MiB: about 85 ms on the ring, 80 ms of backward
+    one = max(comm.spawn(_overlap_on_links, 2, links, 10, backend="gloo"))
+    several = max(comm.spawn(_overlap_on_links, 2, links, 1, backend="gloo"))
+    ring = links.ring_time(grad_bytes)
+    assert one >= 0.08 + ring * 0.98  # one bucket: backward, then the whole ring
+    # bucketed: all but the last bucket travels during backward (a blocking hook would not)
+    assert several < one - ring / 3, (several, one, ring)
+
+
+def _send_refused(rank, world_size, links):
+    x = torch.zeros(4, 4).t()  # not contiguous
+    try:
+        links.send(x, 1 - rank) if rank == 0 else links.recv(x, 0)
+    except ValueError as error:
+        refused = str(error)
+    else:
+        refused = ""
+    # the links are still free: a message now starts at once
+    y = torch.zeros(1000)
+    start = time.monotonic()
+    if rank == 0:
+        links.send(y, 1)
+    else:
+        links.recv(y, 0)
+    dist.send(torch.ones(1), 1 - rank) if rank == 0 else dist.recv(torch.zeros(1), 0)
+    return refused, time.monotonic() - start
+
+
+def test_a_refused_tensor_books_nothing_and_plain_sends_keep_their_own_tag():
+    links = link.EmulatedLinks(2, rate=1e6, latency=0.05)
+    out = comm.spawn(_send_refused, 2, links, backend="gloo", timeout=60)
+    for refused, seconds in out:
+        assert "contiguous" in refused
+        assert seconds < 0.05 + 4000 / 1e6 + 0.5  # one message's time: no phantom booking
+    with pytest.raises(RuntimeError, match="sparse|dense"):
+        comm.spawn(_sparse_send, 2, links, backend="gloo", timeout=30)
+
+
+def _sparse_send(rank, world_size, links):
+    links.send(torch.eye(3).to_sparse(), 1 - rank)

@@ -359,7 +359,7 @@ def test_timing_median_range_and_text():
     assert t.spread == pytest.approx(0.002 / 0.011)
     assert t.text() == "11.00 ms (10.00\u201312.00)"
     assert t.text("s", 3) == "0.011 s (0.010\u20130.012)"
-    assert t.text("us", 0).zh == "11000 微秒（10000\u201312000）"
+    assert t.text("us", 0).zh == "11,000 微秒（10,000\u201312,000）"  # thousands separated
     with pytest.raises(ValueError, match="at least one"):
         utils.Timing(())
 

@@ -170,8 +170,8 @@ TEXT["en"].update({
     "ring_send": "every step: GPU r sends one chunk to GPU r + 1 (mod 4)",
     "ps_one": "one server", "ps_sharded": "sharded servers", "ps_server": "server",
     "ps_worker": "worker", "ps_shard": "shard", "ps_push": "push gradients, pull sums",
-    "ps_one_load": "the server's link carries k times the data each way",
-    "ps_sharded_load": "each server's link carries 1/s of it (s = 2)",
+    "ps_one_load": "the server's link carries all k workers' data each way",
+    "ps_sharded_load": "each server's link carries 1/s of all the data (s = 2)",
     "ov_one": "one bucket, all-reduced after the backward pass",
     "ov_two": "two buckets, each all-reduced as soon as it is full",
     "ar_all": "all-reduce: all gradients", "ar_bucket": "all-reduce: bucket",
@@ -179,13 +179,13 @@ TEXT["en"].update({
 })
 TEXT["zh"].update({
     "ring_start": "开始", "ring_rs": "归约散射", "ring_ag": "全收集",
-    "ring_count": "数字 n：这一块已是 n 块 GPU 数据之和",
+    "ring_count": "数字 n：这一块已累加了 n 块 GPU 的数据",
     "ring_changed": "本步收到并更新的块",
     "ring_send": "每一步：GPU r 把一块发给 GPU r + 1（模 4）",
     "ps_one": "一个服务器", "ps_sharded": "分片的服务器", "ps_server": "服务器",
     "ps_worker": "工作进程", "ps_shard": "分片", "ps_push": "推送梯度，拉取总和",
-    "ps_one_load": "服务器的链路每个方向承载 k 倍的数据",
-    "ps_sharded_load": "每个服务器的链路只承载其中的 1/s（s = 2）",
+    "ps_one_load": "服务器的链路每个方向承载全部 k 个工作进程的数据",
+    "ps_sharded_load": "每个服务器的链路只承载全部数据的 1/s（s = 2）",
     "ov_one": "一个桶：反向传播结束后才全归约",
     "ov_two": "两个桶：每个桶一装满就开始全归约",
     "ar_all": "全归约：全部梯度", "ar_bucket": "全归约：桶",
@@ -320,22 +320,27 @@ def bucket_overlap(t: dict) -> str:
 # ---- chapter 7 (memory): what one FSDP2 process holds at each moment of a step
 TEXT["en"].update({
     "fsdp_title": "What one of 8 FSDP2 processes holds: 4 equal units, bfloat16 compute "
-                  "(activations aside)",
+                  "(activations and temporaries aside)",
     "fsdp_sharded": "shards: float32 weights, Adam, gradients so far",
-    "fsdp_gathered": "this unit, gathered", "fsdp_prefetched": "next unit, prefetched",
-    "fsdp_reducing": "this unit's gradients, reduce-scatter input",
+    "fsdp_gathered": "this unit's weights, gathered",
+    "fsdp_all_gather": "all-gather buffers (this unit's, a neighbour's)",
+    "fsdp_gradients": "this unit's gradients",
+    "fsdp_reduce_scatter": "reduce-scatter input still in flight",
     "fsdp_unit": "bytes of one unit in bfloat16", "fsdp_fwd": "fwd", "fsdp_bwd": "bwd",
 })
 TEXT["zh"].update({
-    "fsdp_title": "8 个 FSDP2 进程之一持有的显存：4 个等大的单元，以 bfloat16 计算（不含激活）",
+    "fsdp_title": "8 个 FSDP2 进程之一持有的显存：4 个等大的单元，以 bfloat16 计算"
+                  "（不含激活和临时张量）",
     "fsdp_sharded": "分片：float32 权重、Adam 状态、已算出的梯度",
-    "fsdp_gathered": "当前单元（已全收集）", "fsdp_prefetched": "下一个单元（预取中）",
-    "fsdp_reducing": "当前单元的梯度（归约散射的输入）",
+    "fsdp_gathered": "当前单元的权重（已收集）",
+    "fsdp_all_gather": "全收集缓冲区（当前单元的、相邻单元的）",
+    "fsdp_gradients": "当前单元的梯度",
+    "fsdp_reduce_scatter": "仍在进行的归约散射的输入",
     "fsdp_unit": "一个单元的 bfloat16 字节数", "fsdp_fwd": "前向", "fsdp_bwd": "反向",
 })
 
-FSDP_FILL = {"sharded": "#c9d3dc", "gathered": "#0a7d91", "prefetched": "#9fd3dc",
-             "reducing": "#e59a4c"}
+FSDP_FILL = {"sharded": "#c9d3dc", "gathered": "#0a7d91", "all_gather": "#9fd3dc",
+             "gradients": "#e59a4c", "reduce_scatter": "#f6d0a8"}
 
 
 def fsdp_moments(t: dict) -> str:
@@ -344,19 +349,19 @@ def fsdp_moments(t: dict) -> str:
 
     unit = 2.0  # bytes per parameter in bfloat16: one unit's gathered weights = 1 on the axis
     moments = fsdp2_moments([1, 1, 1, 1], 8)
-    scale, base, left = 26, 250, 90  # pixels per unit's bfloat16 bytes
+    scale, base, left = 22, 268, 90  # pixels per unit's bfloat16 bytes
     body = [f'<text class="title" x="20" y="24">{t["fsdp_title"]}</text>',
             f'<path d="M{left - 10},{base} L{left + 8 * 70},{base}" stroke="#444"/>']
-    for level in range(0, 8):
+    for level in range(0, 10):
         y = base - level * scale
         body += [f'<path d="M{left - 14},{y} L{left - 10},{y}" stroke="#444"/>',
                  f'<text class="small" x="{left - 18}" y="{y + 4}" text-anchor="end">{level}'
                  '</text>']
-    body.append(f'<text class="small" x="{left - 60}" y="{base - 8 * scale + 4}">'
+    body.append(f'<text class="small" x="{left - 60}" y="{base - 10 * scale + 4}">'
                 f'{t["fsdp_unit"]}</text>')
     for i, m in enumerate(moments):
         x, y = left + 70 * i + 12, base
-        for part in ("sharded", "gathered", "prefetched", "reducing"):
+        for part in FSDP_FILL:
             h = getattr(m, part) / unit * scale
             if h:
                 y -= h
@@ -365,13 +370,13 @@ def fsdp_moments(t: dict) -> str:
         kind, unit_no = m.label.split()
         body.append(f'<text class="small" x="{x + 23}" y="{base + 16}" text-anchor="middle">'
                     f'{t["fsdp_fwd" if kind == "forward" else "fsdp_bwd"]} {unit_no}</text>')
-    for j, part in enumerate(("sharded", "gathered", "prefetched", "reducing")):
+    for j, part in enumerate(FSDP_FILL):
         y = 50 + 22 * j
         body += [f'<rect x="{left + 8 * 70 + 20}" y="{y}" width="14" height="14" '
                  f'fill="{FSDP_FILL[part]}"/>',
                  f'<text class="small" x="{left + 8 * 70 + 40}" y="{y + 12}">'
                  f'{t["fsdp_" + part]}</text>']
-    return svg(1000, 275, "\n".join(body))
+    return svg(1000, 292, "\n".join(body))
 
 
 #: Each diagram: its file name (without ``.svg``) and the function that draws it.
