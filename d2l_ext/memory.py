@@ -35,7 +35,7 @@ Counting, to set beside the measurements: :func:`tensor_bytes` (each storage onc
 :func:`parameter_bytes`, :func:`gradient_bytes`, :func:`optimizer_state_bytes`, and
 :class:`SavedTensors`, which records what autograd keeps for the backward pass.
 :func:`load_timeline` reads a memory timeline that PyTorch's profiler exported
-(``export_memory_timeline_raw``), by category.
+(``profile.export_memory_timeline`` to a ``.raw.json.gz`` path), by category.
 
 A third source, for a CPU, on request (``Tracker(device, source="malloc")``): the C
 library's own books (glibc's ``mallinfo2``: bytes in use, all threads). The profiler sees
@@ -45,12 +45,14 @@ drifts upwards; the C library sees every thread, but also everything else the pr
 allocates (Python objects, the communication library's buffers), and has no peak between
 marks (``peak`` is the reading itself). Linux with glibc only.
 
-Tensors that existed before the block are not counted. On a CPU their frees are not seen
-either (PyTorch logs a warning that a block of unknown size was freed): free them before the
-block, not inside it. The profiler sees the allocations of the thread that runs the block and
-of the threads PyTorch runs for it (intra-op, autograd); a CPU tracker cannot run inside
-another ``torch.profiler`` session. Set ``KINETO_LOG_LEVEL=6`` in the environment before the
-first profile to keep the profiler from logging its start and stop.
+Tensors that existed before the block are not counted. On a CPU their frees are not counted
+either (only a free of an address allocated inside the block counts, with the size allocated
+there; PyTorch may log a warning that a block of unknown size was freed); on an accelerator
+the counters cannot tell them apart, and their frees lower ``allocated``, below zero if need
+be: free them before the block, not inside it. The profiler sees the allocations of the
+thread that runs the block and of the threads PyTorch runs for it (intra-op, autograd); a CPU
+tracker cannot run inside another ``torch.profiler`` session. Set ``KINETO_LOG_LEVEL=6`` in
+the environment before the first profile to keep the profiler from logging its start and stop.
 """
 
 from __future__ import annotations
@@ -197,8 +199,7 @@ class Tracker:
                 events = json.load(f)["traceEvents"]
         finally:
             os.remove(path)
-        changes = sorted((e["ts"], e["args"]["Bytes"]) for e in events
-                         if e.get("name") == "[memory]" and _on_cpu(e["args"]))
+        changes = _changes(events)
         marks = {int(e["name"][len(_MARK):]): e["ts"] for e in events
                  if e.get("ph") == "X" and str(e.get("name", "")).startswith(_MARK)}
         if sorted(marks) != list(range(len(self._labels))):
@@ -246,6 +247,26 @@ def malloc_in_use() -> int | None:
     return info.uordblks + info.hblkhd
 
 
+def _changes(events: list[dict]) -> list[tuple[float, int]]:
+    """The CPU's allocations and frees among a trace's ``[memory]`` events, in order, as
+    ``(time, bytes)``: a free counts only if its address was allocated inside the trace, and
+    with the size of that allocation. (A free of an older tensor is not the block's; and the
+    profiler looks up a freed block's size in a table that can hold a stale entry from an
+    earlier session, for an address that has since been freed and reused unseen.)"""
+    memory = sorted((e for e in events if e.get("name") == "[memory]" and _on_cpu(e["args"])),
+                    key=lambda e: (e["ts"], e["args"].get("Ev Idx", 0)))
+    live: dict[int, int] = {}  # address -> bytes allocated there inside the trace
+    changes = []
+    for e in memory:
+        nbytes, address = e["args"]["Bytes"], e["args"].get("Addr")
+        if nbytes > 0:
+            live[address] = live.get(address, 0) + nbytes
+            changes.append((e["ts"], nbytes))
+        elif nbytes < 0 and address in live:
+            changes.append((e["ts"], -live.pop(address)))
+    return changes
+
+
 def _on_cpu(args: dict) -> bool:
     """Whether a ``[memory]`` event is the CPU's (device type 0 in the profiler's trace)."""
     return args.get("Device Type", 0) == 0
@@ -283,13 +304,40 @@ class _Counters:
 
 
 # ---------------------------------------------------------------------- counting
+_SPARSE_PARTS = {
+    torch.sparse_coo: ("_indices", "_values"),
+    torch.sparse_csr: ("crow_indices", "col_indices", "values"),
+    torch.sparse_bsr: ("crow_indices", "col_indices", "values"),
+    torch.sparse_csc: ("ccol_indices", "row_indices", "values"),
+    torch.sparse_bsc: ("ccol_indices", "row_indices", "values"),
+}
+
+
+def _storages(t: torch.Tensor) -> list[tuple[tuple, int]]:
+    """``(key, bytes)`` of each storage behind ``t``: one for a dense tensor, its indices and
+    values for a sparse one. The key is the same for views of one storage: its address on the
+    device, or, where there is no address (the meta device, where every storage's address
+    is 0), the storage object itself."""
+    parts = _SPARSE_PARTS.get(t.layout)
+    if parts is not None:
+        return [s for name in parts for s in _storages(getattr(t, name)())]
+    try:
+        storage = t.untyped_storage()
+    except (NotImplementedError, RuntimeError):  # no storage (e.g. oneDNN's layout): its size
+        return [((str(t.device), "tensor", id(t)), t.numel() * t.element_size())]
+    address = storage.data_ptr()
+    key = (str(t.device), address) if address else (str(t.device), "storage", storage._cdata)
+    return [(key, storage.nbytes())]
+
+
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """The bytes of the storages behind ``tensors``, each storage counted once (views and
-    a tensor listed twice share one)."""
-    seen: dict[tuple[str, int], int] = {}
+    a tensor listed twice share one; a view holds its whole storage). Sparse tensors count
+    their indices and values; tensors on the ``meta`` device count the bytes they would
+    allocate, so a model too large to allocate can be sized there."""
+    seen: dict[tuple, int] = {}
     for t in tensors:
-        storage = t.untyped_storage()
-        seen[(str(t.device), storage.data_ptr())] = storage.nbytes()
+        seen.update(_storages(t))
     return sum(seen.values())
 
 
@@ -317,26 +365,34 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 class SavedTensors:
     """Record the tensors autograd saves for the backward pass while the block runs
     (``torch.autograd.graph.saved_tensors_hooks``): their storages' bytes, each storage
-    once, leaving out the storages of ``exclude`` (e.g. the parameters, which exist anyway).
+    once, leaving out the storages of ``exclude``: tensors, and modules, which stand for their
+    parameters and buffers (they exist anyway; BatchNorm saves its running statistics for
+    the backward pass, and they are not activations). Sparse saved tensors count their
+    indices and values.
 
     ::
 
-        with SavedTensors(exclude=net.parameters()) as saved:
+        with SavedTensors(exclude=[net, X]) as saved:
             loss = loss_fn(net(X), y)
         saved.nbytes  # the activations this forward pass keeps alive until backward
     """
 
-    def __init__(self, exclude: Iterable[torch.Tensor] = ()) -> None:
-        self._exclude = {(str(t.device), t.untyped_storage().data_ptr()) for t in exclude}
-        self._storages: dict[tuple[str, int], int] = {}
+    def __init__(self, exclude: Iterable[torch.Tensor | torch.nn.Module] = ()) -> None:
+        tensors: list[torch.Tensor] = []
+        for x in exclude:
+            if isinstance(x, torch.nn.Module):
+                tensors += [*x.parameters(), *x.buffers()]
+            else:
+                tensors.append(x)
+        self._exclude = {key for t in tensors for key, _ in _storages(t)}
+        self._storages: dict[tuple, int] = {}
         self._hooks = None
 
     def __enter__(self) -> SavedTensors:
         def pack(t: torch.Tensor) -> torch.Tensor:
-            storage = t.untyped_storage()
-            key = (str(t.device), storage.data_ptr())
-            if key not in self._exclude and storage.nbytes() > 0:
-                self._storages[key] = storage.nbytes()
+            for key, nbytes in _storages(t):
+                if key not in self._exclude and nbytes > 0:
+                    self._storages[key] = nbytes
             return t
 
         self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
@@ -364,8 +420,10 @@ CATEGORIES = ("parameter", "optimizer state", "input", "temporary", "activation"
 
 
 def load_timeline(path: str) -> tuple[list[float], list[list[int]]]:
-    """Read a raw memory timeline that ``torch.profiler.profile.export_memory_timeline_raw``
-    wrote (JSON, gzipped or not): events ``[time_ns, action, bytes, category index]``.
+    """Read a raw memory timeline that ``torch.profiler.profile.export_memory_timeline``
+    wrote to a path ending in ``.raw.json.gz`` (from a profile run with
+    ``profile_memory=True, record_shapes=True, with_stack=True``), gzipped JSON or plain:
+    events ``[time_ns, action, bytes, category index]``.
     Return the times in ms from the first timed event, and for each time the bytes held in
     each of :data:`CATEGORIES`. Tensors that existed before the profile (time -1) count
     from the start."""

@@ -8,7 +8,7 @@ writes each new value as a Chrome-trace counter event. :class:`StorageCounter` r
 profiler for memory only, dumps its events when asked and reads the counter: the bytes in
 use now and the peak since the previous reading.
 
-Three properties of the counter decide how to use it:
+Four properties of the counter decide how to use it:
 
 * it counts only what was allocated and freed while it ran, and a free of an older array
   cannot take it below zero (it is clamped): start the counter before the first array is made
@@ -16,6 +16,8 @@ Three properties of the counter decide how to use it:
 * arrays held only by unreachable Python reference cycles stay allocated until Python's
   garbage collector runs, at a moment of its choosing: :meth:`StorageCounter.read` collects
   first;
+* the profiler's work at each allocation and free costs time: :meth:`StorageCounter.paused`
+  pauses it around timings (the count goes on);
 * MXNet frees an array's memory in its engine, and the free of a deleted array can still be
   queued after ``npx.waitall()`` returns; :meth:`StorageCounter.read` pushes one tiny
   operation and waits again, which lets the engine run the queued frees first.
@@ -109,6 +111,25 @@ class StorageCounter:
         if values:
             self._current = values[-1]
         return Reading(self._current, peak)
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Pause the profiler for the block, e.g. around timings, so that they do not include
+        the profiler's work at every allocation and free. MXNet goes on counting while it is
+        paused (the storage profiler updates its counter; only the events are not written),
+        so a reading after the block is right; the peak inside the block is not seen. At the
+        end, one tiny allocation and free make the counter write its value, and a reading
+        takes them in, so the next reading's peak starts from the true value."""
+        self.read()
+        mx.profiler.pause()
+        try:
+            yield self
+        finally:
+            settle()
+            mx.profiler.resume()
+            flush = np.zeros(1)  # an event with the current count (+4 bytes), and one without
+            del flush
+            self.read()
 
     def current(self) -> int:
         """Bytes in use now."""

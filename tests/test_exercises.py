@@ -838,3 +838,37 @@ def test_memory_exercise_2_best_number_of_segments():
     for wrong in (7, 9, 1, 64, 16):
         assert "Not quite" in run(cell, f"best_segments = {wrong}")
     assert run(cell, "best_segments = None").startswith("Exercise 2")
+
+
+def test_memory_exercise_7_zero_stage_2_in_gb():
+    """2 x 13 + (2 + 12) x 13 / 16 = 37.375 GB; the other stages are named as such."""
+    cell = check_cell("memory", "exercise 7")
+    assert run(cell, "zero2_gb = 37.375").startswith("Correct")
+    assert run(cell, "zero2_gb = 37.4", "zh").startswith("正确")
+    for other_stage in (61.75, 13):
+        assert "another stage" in run(cell, f"zero2_gb = {other_stage}")
+    wrong = run(cell, "zero2_gb = 208")  # no sharding
+    assert wrong.startswith("Not quite") and "37" not in wrong
+    assert run(cell, "zero2_gb = None", "zh").startswith("练习 7")
+
+
+def test_memory_exercise_8_factored_second_moment_in_bytes():
+    cell = check_cell("memory", "exercise 8")
+    assert run(cell, "factored_bytes = (4096 + 11008) * 4").startswith("Correct")
+    assert run(cell, "factored_bytes = 60416", "zh").startswith("正确")
+    assert "step counter" in run(cell, "factored_bytes = 60420")
+    assert "numbers, not bytes" in run(cell, "factored_bytes = 15104")
+    wrong = run(cell, "factored_bytes = 8 * 4096 * 11008")  # Adam's two moments
+    assert wrong.startswith("Not quite") and "60416" not in wrong
+    assert run(cell, "factored_bytes = None").startswith("Exercise 8")
+
+
+def test_memory_exercise_9_sequences_that_fit_under_zero_3():
+    """(72 - 16 x 13 / 8) / 6 = 7.67: 7 whole sequences."""
+    cell = check_cell("memory", "exercise 9")
+    assert run(cell, "sequences_per_gpu = 7").startswith("Correct")
+    assert run(cell, "sequences_per_gpu = 7", "zh").startswith("正确")
+    assert "round down" in run(cell, "sequences_per_gpu = 8")
+    for wrong in (0, 3, 12):  # unsharded; sharded weights only; ...
+        assert run(cell, f"sequences_per_gpu = {wrong}").startswith("Not quite")
+    assert run(cell, "sequences_per_gpu = None", "zh").startswith("练习 9")
