@@ -326,6 +326,7 @@ class Paired:
     round (``setting / control``; below 1: the setting was faster in that round)."""
 
     ratios: tuple[float, ...]
+    allow: int = 0  # rounds that may go the other way without changing the verdict
 
     @property
     def median(self) -> float:
@@ -333,14 +334,22 @@ class Paired:
 
     @property
     def verdict(self) -> str:
-        """``"faster"`` or ``"slower"`` only if so in every round, else ``"no clear gain"``
-        (:func:`d2l_ext.utils.paired_verdict`)."""
-        return paired_verdict(self.ratios)
+        """``"faster"`` or ``"slower"`` only if so in every round but at most ``allow``,
+        else ``"no clear gain"`` (with ``allow=0``, :func:`d2l_ext.utils.paired_verdict`)."""
+        if not self.allow:
+            return paired_verdict(self.ratios)
+        if sum(r >= 1 for r in self.ratios) <= self.allow:
+            return "faster"
+        if sum(r <= 1 for r in self.ratios) <= self.allow:
+            return "slower"
+        return "no clear gain"
 
 
-def against(times: Mapping[str, Sequence[float]], control: str) -> dict[str, Paired]:
+def against(times: Mapping[str, Sequence[float]], control: str,
+            allow: int = 0) -> dict[str, Paired]:
     """Every setting in ``times`` (its seconds in each round, the rounds in the same order
-    for every setting) against ``control``, round by round."""
+    for every setting) against ``control``, round by round; ``allow``: rounds that may go the
+    other way without changing a verdict (one disturbed round need not veto it)."""
     if control not in times:
         raise ValueError(f"the control {control!r} is not among the settings {list(times)}.")
     base = list(times[control])
@@ -351,19 +360,24 @@ def against(times: Mapping[str, Sequence[float]], control: str) -> dict[str, Pai
         if len(seconds) != len(base) or not base:
             raise ValueError(f"{name!r} has {len(seconds)} rounds, the control {len(base)}: "
                              "the settings must be timed in the same rounds.")
-        out[name] = Paired(tuple(t / c for t, c in zip(seconds, base)))
+        if not 0 <= allow < len(base) / 2:
+            raise ValueError(f"allow must be at least 0 and under half the {len(base)} "
+                             f"rounds, got {allow}.")
+        out[name] = Paired(tuple(t / c for t, c in zip(seconds, base)), allow)
     return out
 
 
-def picked_false_alarm(rounds: int, settings: int = 1) -> float:
-    """The chance of a false "faster" verdict (:func:`d2l_ext.utils.paired_verdict`) for the
-    best of ``settings`` settings, each exactly as fast as the control: one setting's
-    ratios fall below 1 in all ``rounds`` with chance 0.5**rounds; picking the best of
-    ``settings`` raises it to at most ``settings`` times that (one direction only, unlike
+def picked_false_alarm(rounds: int, settings: int = 1, allow: int = 0) -> float:
+    """The chance of a false "faster" verdict (:attr:`Paired.verdict`) for the best of
+    ``settings`` settings, each exactly as fast as the control: one setting's ratios fall
+    below 1 in all ``rounds`` but at most ``allow`` with chance
+    sum(C(rounds, j) for j <= allow) / 2**rounds; picking the best of ``settings`` raises it
+    to at most ``settings`` times that (one direction only, unlike
     :func:`d2l_ext.utils.false_alarm`, which counts either verdict)."""
-    if rounds < 1 or settings < 1:
-        raise ValueError("rounds and settings must be at least 1.")
-    return min(1.0, settings * 0.5 ** rounds)
+    if rounds < 1 or settings < 1 or allow < 0:
+        raise ValueError("rounds and settings must be at least 1, allow at least 0.")
+    one = sum(math.comb(rounds, j) for j in range(allow + 1)) / 2 ** rounds
+    return min(1.0, settings * one)
 
 
 def overlap_lesson(versus: Mapping[str, Paired], buckets: Mapping[str, int], rounds: int,
@@ -383,37 +397,45 @@ def overlap_lesson(versus: Mapping[str, Paired], buckets: Mapping[str, int], rou
     best = min(several, key=lambda name: (rank[several[name].verdict], several[name].median))
     p, shown = several[best], (names or {}).get(best) or message(en=best, zh=best)
     en, zh = f'"{shown.en}" ({buckets[best]} buckets)', f"“{shown.zh}”（{buckets[best]} 个桶）"
+    allow = p.allow
+    if allow:
+        each_en, each_zh = (f"in at least {rounds - allow} of the {rounds} rounds",
+                            f"在 {rounds} 个回合中至少 {rounds - allow} 个回合")
+        every_en, every_zh = f"in at least {rounds - allow} rounds of {rounds}", each_zh
+    else:
+        each_en, each_zh = (f"in every one of the {rounds} rounds",
+                            f"在全部 {rounds} 个回合中每个回合都")
+        every_en, every_zh = "in every round", "每个回合都"
     if p.verdict == "faster":
-        m, chance = len(several), picked_false_alarm(rounds, len(several))
+        m, chance = len(several), picked_false_alarm(rounds, len(several), allow)
         if m == 1:
-            odds_en = ("a setting exactly as fast as one bucket would be judged faster in "
-                       f"every round with a chance of {chance:.1%}")
-            odds_zh = f"一个与一个桶同样快的设置被误判为每个回合都更快的概率是 {chance:.1%}"
+            odds_en = ("a setting exactly as fast as one bucket would be judged faster "
+                       f"{every_en} with a chance of {chance:.1%}")
+            odds_zh = f"一个与一个桶同样快的设置纯属偶然地被判为{every_zh}更快的概率是 {chance:.1%}"
         else:
             odds_en = (f"were all {m} settings with several buckets exactly as fast as one "
-                       "bucket, one of them would be judged faster in every round with a "
+                       f"bucket, one of them would be judged faster {every_en} with a "
                        f"chance of up to about {chance:.1%}")
-            odds_zh = (f"假如分多个桶的 {m} 个设置都与一个桶同样快，其中某一个被误判为"
-                       f"每个回合都更快的概率最多约为 {chance:.1%}")
+            odds_zh = (f"假如分多个桶的 {m} 个设置都与一个桶同样快，其中某一个纯属偶然地被判为"
+                       f"{every_zh}更快的概率最多约为 {chance:.1%}")
         return message(
-            en=f"{en} was faster than DDP with one bucket in every one of "
-               f"the {rounds} rounds, by {1 - p.median:.0%} at the median: overlap paid in this "
-               f"run ({odds_en}).",
-            zh=f"{zh}在全部 {rounds} 个回合中每个回合都比只用一个桶的 DDP 快，按中位数快 "
+            en=f"{en} was faster than DDP with one bucket {each_en}, by {1 - p.median:.0%} at "
+               f"the median: overlap paid in this run ({odds_en}).",
+            zh=f"{zh}{each_zh}比只用一个桶的 DDP 快，按中位数耗时少 "
                f"{1 - p.median:.0%}：这次运行中，重叠带来了好处（{odds_zh}）。")
     if p.verdict == "slower":
         return message(
             en=f"Even the best setting with several buckets, {en}, was slower than DDP with "
-               f"one bucket in every one of the {rounds} rounds, by {p.median - 1:.0%} at the "
-               "median: in this run, overlapping cost more than it hid.",
-            zh=f"分多个桶的设置中最好的{zh}，也在全部 {rounds} 个回合中每个回合都比只用一个桶慢，"
-               f"按中位数慢 {p.median - 1:.0%}：这次运行中，重叠的代价超过了它藏起来的通信。")
+               f"one bucket {each_en}, by {p.median - 1:.0%} at the median: in this run, "
+               "overlapping cost more than it hid.",
+            zh=f"分多个桶的设置中最好的{zh}，也{each_zh}比只用一个桶慢，"
+               f"按中位数耗时多 {p.median - 1:.0%}：这次运行中，重叠的代价超过了它藏起来的通信。")
     return message(
-        en=f"No setting with several buckets was faster than DDP with one bucket in every "
-           f"round; the best, {en}, took {p.median:.0%} of one bucket's time at the median: "
-           "the rounds disagree, so this run shows no gain from overlap beyond its "
+        en=f"No setting with several buckets was faster than DDP with one bucket {every_en}; "
+           f"the best, {en}, took {p.median:.0%} of one bucket's time at the median: the "
+           "rounds disagree, so this run shows no gain from overlap beyond its "
            "round-to-round spread.",
-        zh=f"分多个桶的设置没有一个在每个回合都比只用一个桶快；其中最好的{zh}，"
+        zh=f"分多个桶的设置没有一个{every_zh}比只用一个桶快；其中最好的{zh}，"
            f"按中位数，耗时是一个桶的 {p.median:.0%}：各回合结论不一，"
            "这次运行看不出超出回合间波动的重叠收益。")
 

@@ -24,11 +24,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+
 from d2l_ext.i18n import Text, message
 from d2l_ext.utils import Timing
 
 __all__ = ["EmulatedLinks", "hidden_lesson", "overlap_bound", "overlap_close", "ratio_lesson",
-           "reserve"]
+           "reserve", "typical_spread"]
 
 #: gloo tags of the small message that carries a transfer's end time, and of the bytes that
 #: follow it (not 0, the tag of a user's own sends to the same peer).
@@ -267,7 +269,8 @@ def ratio_lesson(measured: Mapping[int, float], model: Mapping[int, float],
     head = message(
         en=f"On emulated links the server took {listed_en} times as long as the ring with "
            f"{counts_en} processes; the model of separate links says {model_en}",
-        zh=f"在模拟链路上，{counts_zh} 个进程时服务器式的耗时分别是环形的 {listed_zh} 倍；"
+        zh=f"在模拟链路上，{counts_zh} 个进程时服务器式的耗时{'分别' if len(ks) > 1 else ''}"
+           f"是环形的 {listed_zh} 倍；"
            f"各有链路的模型给出的是 {model_zh}")
     if len(ks) > 1 and grows and miss <= slack:
         tail = message(en=f": the ratio grows with k, within {miss:.0%} of the model",
@@ -284,6 +287,13 @@ def ratio_lesson(measured: Mapping[int, float], model: Mapping[int, float],
                           f"is {miss:.0%})",
                        zh=f"（只有一种进程数，看不出随 k 的增长；偏差为 {miss:.0%}）")
     return message(en=head.en + tail.en + ".", zh=head.zh + tail.zh + "。")
+
+
+def typical_spread(timing: Timing) -> float:
+    """The interquartile range of a setting's timings (seconds): the spread of its typical
+    rounds, which one disturbed round does not set (max - min would)."""
+    q1, q3 = np.percentile(timing.times, [25, 75])
+    return float(q3 - q1)
 
 
 def overlap_bound(compute: float, forward: float, communicate: float) -> float:
@@ -303,7 +313,7 @@ def hidden_lesson(one_bucket: Timing, best: float, best_name: Text, faster: bool
         raise ValueError("the times must be positive.")
     backward = max(compute - forward, 0.0)
     bound = overlap_bound(compute, forward, communicate)
-    spread = one_bucket.max - one_bucket.min
+    spread = typical_spread(one_bucket)
     head = message(
         en=f"With one bucket a step took {one_bucket.median * 1e3:,.1f} ms, against "
            f"{(compute + communicate) * 1e3:,.1f} ms for the computation and the communication "
@@ -321,14 +331,15 @@ def hidden_lesson(one_bucket: Timing, best: float, best_name: Text, faster: bool
         en=f" The emulated links need no cores, but the real all-reduce underneath, over the "
            f"loopback, does: it took {loopback * 1e3:,.1f} ms alone, and runs on the cores "
            "that compute backward.",
-        zh=f"模拟链路本身不占用核心，但底下真正经由回环接口的全归约要占用：它单独计时耗时 "
+        zh=f"模拟链路本身不占用核心，但底下真正经由回环接口的全归约要占用：它单独计时为 "
            f"{loopback * 1e3:,.1f} 毫秒，用的正是计算反向传播的那些核心。")
     if not faster:
-        short = message(
-            en=f" That is within the one-bucket step's spread ({spread * 1e3:,.1f} ms between "
-               "its fastest and slowest round): this run could not show overlap.",
-            zh=f"这落在单桶一步的波动之内（最快与最慢的回合相差 {spread * 1e3:,.1f} 毫秒）："
-               "这次运行无法显示重叠。") if bound <= spread else message(en="", zh="")
+        short = (message(
+            en=f" That is within the one-bucket step's spread (the interquartile range of its "
+               f"rounds, {spread * 1e3:,.1f} ms): this run could not show overlap.",
+            zh="这还落在只用一个桶时一步的波动之内（各回合的四分位距为 "
+               f"{spread * 1e3:,.1f} 毫秒），所以这次运行显示不出重叠的效果。")
+            if bound <= spread else message(en="", zh=""))
         return message(
             en=head.en + f"; the best setting with several buckets, “{best_name.en}”, took "
                          f"{best * 1e3:,.1f} ms. " + limit.en + short.en + cores.en,
@@ -339,15 +350,15 @@ def hidden_lesson(one_bucket: Timing, best: float, best_name: Text, faster: bool
         en=head.en + f"; with “{best_name.en}” it took {best * 1e3:,.1f} ms: "
                      f"{gain * 1e3:,.1f} ms, {gain / communicate:.0%} of the communication, "
                      "hidden behind the backward pass. " + limit.en + cores.en,
-        zh=head.zh + f"；用“{best_name.zh}”时耗时 {best * 1e3:,.1f} 毫秒：有 "
+        zh=head.zh + f"；改用“{best_name.zh}”后，一步为 {best * 1e3:,.1f} 毫秒：有 "
                      f"{gain * 1e3:,.1f} 毫秒，即通信的 {gain / communicate:.0%}，藏到了反向传播"
                      "后面。" + limit.zh + cores.zh)
 
 
 #: Where the plain (not emulated) DDP of chapter 6 ran, by backend, in a sentence.
 _ELSEWHERE = {"gloo": message(en="the loopback, where the bytes need the cores",
-                              zh="字节需要核心的回环接口"),
-              "nccl": message(en="NCCL between GPUs", zh="GPU 之间的 NCCL")}
+                              zh="在字节需要核心的回环接口上"),
+              "nccl": message(en="NCCL between GPUs", zh="在 GPU 之间用 NCCL 通信时")}
 
 
 def overlap_close(on_links: bool, elsewhere: bool, backend: str = "gloo",
@@ -361,10 +372,11 @@ def overlap_close(on_links: bool, elsewhere: bool, backend: str = "gloo",
     where = _ELSEWHERE[backend]
     if not on_links and not could_show:
         return message(
-            en="buckets can hide communication only behind backward computation; here backward "
-               "was too short, next to the steps' spread, for the emulated run to show it.",
-            zh="分桶只能把通信藏到反向传播的计算后面；这里反向传播太短，与一步的波动相比，"
-               "模拟链路上的运行显示不出来。")
+            en="buckets can hide communication only behind backward computation; here the most "
+               "they could hide, the smaller of backward and the communication, was within the "
+               "steps' spread, so the emulated run could not show it.",
+            zh="分桶只能把通信藏到反向传播的计算后面；这里它们最多能藏起来的时间，即反向传播与"
+               "通信两者中较短的那个，还落在一步的波动之内，所以模拟链路上的运行显示不出来。")
     if not on_links:
         return message(
             en="buckets are expected to hide communication behind backward where the links "
@@ -378,10 +390,10 @@ def overlap_close(on_links: bool, elsewhere: bool, backend: str = "gloo",
                f"processors, as the emulated links show; in this run they paid on {where.en}, "
                "as well.",
             zh="链路不需要处理器就能工作时，分桶能把通信藏到反向传播后面，模拟链路显示了这一点；"
-               f"这次运行中，在{where.zh}上，分桶也带来了好处。")
+               f"这次运行中，{where.zh}，分桶也带来了好处。")
     return message(
         en="buckets hide communication behind backward where the links work without the "
-           f"processors, as the emulated links show; on {where.en}, the same bucket_cap_mb "
+           f"processors, as the emulated links show; on {where.en}, the same `bucket_cap_mb` "
            "settings did not pay in this run.",
         zh="链路不需要处理器就能工作时，分桶能把通信藏到反向传播后面，模拟链路显示了这一点；"
-           f"在{where.zh}上，同样的 bucket_cap_mb 设置在这次运行中没有带来好处。")
+           f"{where.zh}，同样的 `bucket_cap_mb` 设置在这次运行中没有带来好处。")

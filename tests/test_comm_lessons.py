@@ -357,3 +357,25 @@ def test_the_pages_ddp_trace_puts_gloos_all_reduces_on_threads_of_their_own(over
     busy = trace.busy_time(reduces)  # times of about 5e12 us: rounding in the last digits
     assert busy <= sum(e.duration_us for e in reduces) + 1e-3
     assert trace.overlap_time(reduces, backward) <= busy + 1e-3
+
+
+def test_an_allowance_lets_one_disturbed_round_pass_and_counts_its_chance():
+    times = {"one": [1.0] * 11, "buckets": [0.8] * 10 + [1.4]}  # one disturbed round
+    assert comm.against(times, "one")["buckets"].verdict == "no clear gain"
+    tolerant = comm.against(times, "one", allow=1)["buckets"]
+    assert tolerant.verdict == "faster" and tolerant.allow == 1
+    two_off = {"one": [1.0] * 11, "buckets": [0.8] * 9 + [1.4, 1.2]}
+    assert comm.against(two_off, "one", allow=1)["buckets"].verdict == "no clear gain"
+    slow = comm.against({"one": [1.0] * 5, "b": [1.2, 1.3, 0.9, 1.1, 1.2]}, "one", allow=1)
+    assert slow["b"].verdict == "slower"
+    with pytest.raises(ValueError, match="allow"):
+        comm.against(times, "one", allow=6)
+    # 3 settings, 11 rounds, one may go the other way: 3 * (1 + 11) / 2**11
+    assert comm.picked_false_alarm(11, 3, allow=1) == pytest.approx(36 / 2048)
+    assert comm.picked_false_alarm(7, 3) == pytest.approx(3 / 128)
+    names = {"buckets": message(en="DDP, 1 MiB", zh="DDP，1 MiB")}
+    text = comm.overlap_lesson({"buckets": tolerant}, {"buckets": 6}, 11, names)
+    assert "in at least 10 of the 11 rounds" in text.en and "0.6%" in text.en  # 12 / 2048
+    assert "在 11 个回合中至少 10 个回合比只用一个桶的 DDP 快" in text.zh
+    strict = comm.overlap_lesson(comm.against(times, "one"), {"buckets": 6}, 11, names)
+    assert "in every round" in strict.en

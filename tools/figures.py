@@ -332,7 +332,7 @@ TEXT["zh"].update({
     "fsdp_title": "8 个 FSDP2 进程之一持有的显存：4 个等大的单元，以 bfloat16 计算"
                   "（不含激活和临时张量）",
     "fsdp_sharded": "分片：float32 权重、Adam 状态、已算出的梯度",
-    "fsdp_gathered": "当前单元的权重（已收集）",
+    "fsdp_gathered": "当前单元的权重（已全收集）",
     "fsdp_all_gather": "全收集缓冲区（当前单元的、相邻单元的）",
     "fsdp_gradients": "当前单元的梯度",
     "fsdp_reduce_scatter": "仍在进行的归约散射的输入",
