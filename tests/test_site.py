@@ -158,10 +158,21 @@ def _images_load(page, name, lang):
         assert visible > 0, f"no visible figure for {fw}"
 
 
+def _footer_names_the_licences(page, name, lang):
+    """The footer names the text's and the code's licences, in the page's language, and
+    links the repository's licence notes."""
+    footer = " ".join(page.locator("footer").all_inner_texts())
+    assert "CC BY-SA 4.0" in footer and "MIT" in footer
+    assert ("正文与图" if lang == "zh" else "Text and figures") in footer
+    links = page.eval_on_selector_all("footer a", "els => els.map(e => e.href)")
+    assert any(href.endswith("/LICENSE-TEXT.md") for href in links), links
+    assert (ROOT / "LICENSE-TEXT.md").is_file() and (ROOT / "LICENSE").is_file()
+
+
 #: The checks that every chapter gets, in the order they run on each language's page (the
 #: formulas first, on the page as loaded, before any tab is clicked).
 GENERIC_CHECKS = {"formulas": _formulas_render, "links": _links_point_at_notebooks,
-                  "images": _images_load}
+                  "images": _images_load, "licence": _footer_names_the_licences}
 
 
 def _switch_language(page, name, lang):
@@ -306,6 +317,13 @@ def test_images_load_and_no_console_errors(visits, name):
     for lang in LANGS:
         visit.verdict("images", lang)
     assert visit.errors == []
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_footer_names_the_licences(visits, name):
+    visit = visits(name)
+    for lang in LANGS:
+        visit.verdict("licence", lang)
 
 
 @pytest.mark.parametrize("name", CHAPTERS)

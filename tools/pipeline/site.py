@@ -34,6 +34,12 @@ def write_edition(lang: str) -> Path:
     (src / "chapters").mkdir(parents=True)
     cfg = book_config()
     cfg["title"] = cfg.pop("title_by_language", {}).get(lang, cfg["title"])
+    html = cfg.setdefault("html", {})
+    footer = html.pop("extra_footer_by_language", {}).get(lang)
+    if footer:
+        repo = cfg["repository"]
+        html["extra_footer"] = footer.format(
+            licences=f"{repo['url']}/blob/{repo.get('branch', 'main')}/LICENSE-TEXT.md")
     sphinx = cfg.setdefault("sphinx", {})
     sphinx.setdefault("config", {})["language"] = LANGUAGES[lang]["sphinx"]
     sphinx["config"]["book_lang"] = lang
