@@ -380,6 +380,17 @@ def picked_false_alarm(rounds: int, settings: int = 1, allow: int = 0) -> float:
     return min(1.0, settings * one)
 
 
+def best_overlap(versus: Mapping[str, Paired], buckets: Mapping[str, int]) -> str | None:
+    """The setting with several buckets that :func:`overlap_lesson` reads: the settings
+    judged "faster" first, then "no clear gain", then "slower"; the lowest median within the
+    first group that has any (``None`` where no setting made more than one bucket)."""
+    several = {name: p for name, p in versus.items() if buckets.get(name, 0) > 1}
+    if not several:
+        return None
+    rank = {"faster": 0, "no clear gain": 1, "slower": 2}
+    return min(several, key=lambda name: (rank[several[name].verdict], several[name].median))
+
+
 def overlap_lesson(versus: Mapping[str, Paired], buckets: Mapping[str, int], rounds: int,
                    names: Mapping[str, Text] | None = None) -> Text:
     """What a run says about overlap: DDP with several buckets (``versus``: each setting
@@ -391,10 +402,7 @@ def overlap_lesson(versus: Mapping[str, Paired], buckets: Mapping[str, int], rou
         return message(en="No setting made more than one bucket here, so this run cannot "
                           "tell whether overlap pays.",
                        zh="这里没有哪个设置分出了不止一个桶，所以这次运行无法判断重叠是否划算。")
-    # the settings judged "faster" first, then "no clear gain", then "slower"; the lowest
-    # median within the first group that has any
-    rank = {"faster": 0, "no clear gain": 1, "slower": 2}
-    best = min(several, key=lambda name: (rank[several[name].verdict], several[name].median))
+    best = best_overlap(versus, buckets)
     p, shown = several[best], (names or {}).get(best) or message(en=best, zh=best)
     en, zh = f'"{shown.en}" ({buckets[best]} buckets)', f"“{shown.zh}”（{buckets[best]} 个桶）"
     allow = p.allow

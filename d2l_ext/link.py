@@ -306,8 +306,8 @@ def hidden_lesson(one_bucket: Timing, best: float, best_name: Text, faster: bool
                   compute: float, forward: float, communicate: float,
                   loopback: float | None = None) -> Text:
     """How much communication DDP's buckets hid on emulated links: the step with one bucket
-    (its timings) against the best setting (seconds, median; ``faster``: that setting was
-    faster in every round), beside the computation, its forward pass, the emulated all-reduce
+    (its timings) against the best setting (seconds, median; ``faster``: that setting's
+    verdict against one bucket, :attr:`d2l_ext.comm.Paired.verdict`, was "faster"), beside the computation, its forward pass, the emulated all-reduce
     and, if given, the real loopback all-reduce under it, each timed alone (seconds)."""
     if min(one_bucket.median, best, compute, communicate) <= 0 or forward < 0:
         raise ValueError("the times must be positive.")
@@ -363,8 +363,9 @@ _ELSEWHERE = {"gloo": message(en="the loopback, where the bytes need the cores",
 
 def overlap_close(on_links: bool, elsewhere: bool, backend: str = "gloo",
                   could_show: bool = True) -> Text:
-    """Chapter 6's lesson on overlap from two verdicts: did a DDP with several buckets beat
-    one bucket in every round on emulated links (``on_links``), and with the plain DDP on
+    """Chapter 6's lesson on overlap from two verdicts (:attr:`d2l_ext.comm.Paired.verdict`,
+    which may allow a round the other way): did a DDP with several buckets beat one bucket on
+    emulated links (``on_links``), and with the plain DDP on
     ``backend`` (``elsewhere``)? ``could_show``: was the most that overlap could hide on the
     links beyond the spread of the steps?"""
     if backend not in _ELSEWHERE:
@@ -394,6 +395,6 @@ def overlap_close(on_links: bool, elsewhere: bool, backend: str = "gloo",
     return message(
         en="buckets hide communication behind backward where the links work without the "
            f"processors, as the emulated links show; on {where.en}, the same `bucket_cap_mb` "
-           "settings did not pay in this run.",
+           "settings showed no gain beyond the rounds' spread in this run.",
         zh="链路不需要处理器就能工作时，分桶能把通信藏到反向传播后面，模拟链路显示了这一点；"
-           f"{where.zh}，同样的 `bucket_cap_mb` 设置在这次运行中没有带来好处。")
+           f"{where.zh}，同样的 `bucket_cap_mb` 设置在这次运行中没有显示出超出回合间波动的收益。")

@@ -379,3 +379,13 @@ def test_an_allowance_lets_one_disturbed_round_pass_and_counts_its_chance():
     assert "在 11 个回合中至少 10 个回合比只用一个桶的 DDP 快" in text.zh
     strict = comm.overlap_lesson(comm.against(times, "one"), {"buckets": 6}, 11, names)
     assert "in every round" in strict.en
+
+
+def test_best_overlap_is_the_setting_the_lesson_reads():
+    versus = {"a": comm.Paired((1.2, 1.2, 1.2)), "b": comm.Paired((1.3, 0.9, 1.4)),
+              "c": comm.Paired((1.1, 1.1, 1.1)), "one": comm.Paired((0.5, 0.5, 0.5))}
+    buckets = {"a": 3, "b": 3, "c": 3, "one": 1}
+    assert comm.best_overlap(versus, buckets) == "b"  # no clear gain before slower ones
+    assert comm.best_overlap({"one": versus["one"]}, {"one": 1}) is None
+    text = comm.overlap_lesson(versus, buckets, 3)
+    assert '"b"' in text.en
