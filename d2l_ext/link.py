@@ -307,8 +307,9 @@ def hidden_lesson(one_bucket: Timing, best: float, best_name: Text, faster: bool
                   loopback: float | None = None) -> Text:
     """How much communication DDP's buckets hid on emulated links: the step with one bucket
     (its timings) against the best setting (seconds, median; ``faster``: that setting's
-    verdict against one bucket, :attr:`d2l_ext.comm.Paired.verdict`, was "faster"), beside the computation, its forward pass, the emulated all-reduce
-    and, if given, the real loopback all-reduce under it, each timed alone (seconds)."""
+    verdict against one bucket, :attr:`d2l_ext.comm.Paired.verdict`, was "faster"), beside
+    the computation, its forward pass, the emulated all-reduce and, if given, the real
+    loopback all-reduce under it, each timed alone (seconds)."""
     if min(one_bucket.median, best, compute, communicate) <= 0 or forward < 0:
         raise ValueError("the times must be positive.")
     backward = max(compute - forward, 0.0)
