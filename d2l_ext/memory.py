@@ -51,7 +51,8 @@ there; PyTorch may log a warning that a block of unknown size was freed); on an 
 the counters cannot tell them apart, and their frees lower ``allocated``, below zero if need
 be: free them before the block, not inside it. The profiler sees the allocations of the
 thread that runs the block and of the threads PyTorch runs for it (intra-op, autograd); a CPU
-tracker cannot run inside another ``torch.profiler`` session. Set ``KINETO_LOG_LEVEL=6`` in
+tracker refuses to run inside another ``torch.profiler`` session (or another CPU tracker), and
+a tracker of an accelerator inside another of the same device. Set ``KINETO_LOG_LEVEL=6`` in
 the environment before the first profile to keep the profiler from logging its start and stop.
 """
 
@@ -91,7 +92,13 @@ class Reading:
 
 class Tracker:
     """Read the memory that the code inside ``with Tracker(device):`` allocates on
-    ``device`` at each :meth:`mark` (see the module's docstring)."""
+    ``device`` at each :meth:`mark` (see the module's docstring). Trackers do not nest: a
+    CPU tracker refuses to start inside any profiler session (its own profiler would stop
+    the running one), and a tracker of an accelerator inside another of the same device
+    (it would reset the outer one's peak)."""
+
+    #: the accelerators that a Tracker is reading now
+    _allocator_devices: set[str] = set()
 
     def __init__(self, device: torch.device | str, source: str | None = None) -> None:
         self.device = torch.device(device)
@@ -116,11 +123,26 @@ class Tracker:
     def __enter__(self) -> Tracker:
         if self._active:
             raise RuntimeError("this Tracker is already in use; make a new one.")
+        if self.source == "profiler" and torch._C._autograd._profiler_enabled():
+            # a second profiler session would stop the running one (the user's, or an outer
+            # CPU Tracker's) and the process can crash when that one ends
+            raise RuntimeError("a CPU Tracker runs the profiler and cannot run inside another "
+                               "profiler session (a torch.profiler.profile, or another CPU "
+                               "Tracker); end that first, or use source='malloc'.")
+        if self.source == "allocator":
+            key = str(self.device if self.device.index is not None
+                      else torch.device(self.device.type, _Counters(self.device).index))
+            if key in Tracker._allocator_devices:
+                # the inner block's reset of the peak would erase the outer block's peak
+                raise RuntimeError(f"a Tracker is already reading {key}; trackers of one "
+                                   "accelerator cannot be nested.")
         self._labels, self._readings, self._active = [], [], True
         if self.source == "allocator":
             self._counters = _Counters(self.device)
             self._counters.reset_peak()
             self._baseline = self._counters.allocated()
+            Tracker._allocator_devices.add(key)
+            self._device_key = key
         elif self.source == "malloc":
             gc.collect()
             self._baseline = malloc_in_use()
@@ -134,6 +156,8 @@ class Tracker:
 
     def __exit__(self, kind, value, traceback) -> None:
         self._active = False
+        if self.source == "allocator":
+            Tracker._allocator_devices.discard(self._device_key)
         if self._profile is None:
             return
         profile, self._profile = self._profile, None
@@ -325,7 +349,10 @@ def _storages(t: torch.Tensor) -> list[tuple[tuple, int]]:
         storage = t.untyped_storage()
     except (NotImplementedError, RuntimeError):  # no storage (e.g. oneDNN's layout): its size
         return [((str(t.device), "tensor", id(t)), t.numel() * t.element_size())]
-    address = storage.data_ptr()
+    # A fake tensor's storage lives on the meta device, like a meta tensor's: it has no
+    # address (and asking a fake storage for one is deprecated), so it is keyed by the
+    # storage object itself, which its views share.
+    address = 0 if storage.device.type == "meta" else storage.data_ptr()
     key = (str(t.device), address) if address else (str(t.device), "storage", storage._cdata)
     return [(key, storage.nbytes())]
 

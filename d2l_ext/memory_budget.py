@@ -4,7 +4,8 @@ than Adam, and a leak meter (the memory chapter's later sections).
 
 Counting needs no device: everything here except :func:`growth` is arithmetic on numbers
 and shapes, so it sizes models that no machine at hand could allocate. Sizes are bytes;
-:data:`GB` is 10⁹ bytes, the unit of the ZeRO paper and of GPU data sheets.
+:data:`GB` is 10⁹ bytes, the unit of the ZeRO paper (a GPU sold as "80GB" holds more:
+``nvidia-smi`` reports 81,559 MiB, 85.5·10⁹ bytes, for an H100 80GB HBM3).
 """
 
 from __future__ import annotations
@@ -91,9 +92,10 @@ class FsdpMoment:
     #: all-gather output buffers: forward, the unit's own and the previous unit's (freed once
     #: the unit's parameters are copied out); backward, the prefetched previous unit's
     all_gather: float
-    #: the unit's unsharded gradients, in the reduce type
+    #: the unit's unsharded gradients, in the param type (the compute type)
     gradients: float
-    #: the reduce-scatter input of the unit that ran backward before it, still in flight
+    #: the reduce-scatter input of the unit that ran backward before it, still in flight,
+    #: in the reduce type
     reduce_scatter: float
 
     @property
@@ -120,9 +122,10 @@ def fsdp2_moments(units: Sequence[float], k: int, param_bytes: float = 2,
     * forward, unit i: its parameters copied out of its all-gather buffer, which is kept, and
       the previous unit's buffer, freed only after this copy-out;
     * backward, unit i (before its reduce-scatter): its parameters, the previous unit's
-      all-gather buffer (prefetched), its unsharded gradients, and the reduce-scatter input of
-      the unit that ran backward before it (one buffer in flight, the default); the float32
-      gradient shards of the units already done (4/k bytes per parameter each).
+      all-gather buffer (prefetched), its unsharded gradients (in the param type: autograd
+      writes them), and the reduce-scatter input of the unit that ran backward before it
+      (one buffer in flight, the default; the gradients cast to the reduce type); the
+      float32 gradient shards of the units already done (4/k bytes per parameter each).
 
     The sharded state is 4 + 8 bytes (weights, Adam) per parameter divided by ``k``.
     PyTorch's ``FSDPMemTracker`` (``torch.distributed._tools.fsdp2_mem_tracker``) reports the
@@ -142,7 +145,7 @@ def fsdp2_moments(units: Sequence[float], k: int, param_bytes: float = 2,
         in_flight = units[i + 1] if i + 1 < n else 0
         moments.append(FsdpMoment(f"backward {i + 1}", state + 4 * done / k,
                                   param_bytes * units[i], param_bytes * previous,
-                                  reduce_bytes * units[i], reduce_bytes * in_flight))
+                                  param_bytes * units[i], reduce_bytes * in_flight))
     return moments
 
 
@@ -161,18 +164,23 @@ def fsdp_tracked(tracker, module, state: str) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------- optimizer state
-def eight_bit_state_bytes(numel: int, states: int = 2, block: int = 2048) -> int:
+def eight_bit_state_bytes(numel: int, states: int = 2, block: int = 256,
+                          min_size: int = 4096) -> int:
     """Bytes of a block-wise 8-bit optimizer's state for a tensor of ``numel`` numbers
-    (Dettmers et al., 2022): one byte per number per state, plus one float32 scale per block
-    of ``block`` numbers per state. (bitsandbytes keeps tensors of fewer than 4,096 numbers
-    in 32 bits; this counts the 8-bit case.)"""
+    (Dettmers et al., 2022) as bitsandbytes keeps it (``Optimizer2State.init_state``): one
+    byte per number per state, plus one float32 scale (``absmax``) per block of ``block``
+    numbers per state (bitsandbytes: 256; the paper's blocks hold 2,048); a tensor of fewer
+    than ``min_size`` numbers (bitsandbytes' ``min_8bit_size``, 4,096) keeps its states in
+    float32 (4 bytes per number per state). ``min_size=0`` counts every tensor in 8 bits."""
+    if numel < min_size:
+        return states * 4 * numel
     return states * (numel + 4 * math.ceil(numel / block))
 
 
-def optimizer_state_counted(name: str, shapes: Iterable[Sequence[int]], nbytes: int = 4) -> int:
-    """Bytes of state that ``torch.optim``'s optimizer ``name`` keeps after its first step
-    for parameters of ``shapes`` (element size ``nbytes``), each step counter a float32
-    scalar (4 bytes):
+def optimizer_state_counted(name: str, shapes: Iterable[Sequence[int]], nbytes: int = 4,
+                            device: str = "cpu", capturable: bool = False) -> int:
+    """Bytes of state that ``torch.optim``'s optimizer ``name`` keeps on ``device`` after
+    its first step for parameters of ``shapes`` (element size ``nbytes``):
 
     * ``"sgd"``: none; ``"sgd momentum"``: a velocity per number;
     * ``"adam"`` (and AdamW): two moments per number and a step counter per tensor;
@@ -180,7 +188,13 @@ def optimizer_state_counted(name: str, shapes: Iterable[Sequence[int]], nbytes: 
       the squared gradient (``shape[:-1]`` and ``shape[:-2] + shape[-1:]``), else a full
       second moment; a step counter per tensor; no first moment;
     * ``"muon"``: a momentum buffer per number (two-dimensional tensors only);
-    * ``"adam 8-bit"``: :func:`eight_bit_state_bytes` and a step counter (bitsandbytes)."""
+    * ``"adam 8-bit"``: :func:`eight_bit_state_bytes` (bitsandbytes, whose step counter is
+      a Python number).
+
+    A step counter is a float32 scalar (4 bytes) kept on the host: it counts when
+    ``device`` is a CPU, and on an accelerator only for Adam with ``capturable=True`` (or
+    ``fused=True``), which keeps it on the device; Adafactor always keeps it on the host."""
+    on_device = str(device).split(":")[0] == "cpu"
     total = 0
     for shape in shapes:
         numel = math.prod(shape)
@@ -189,19 +203,19 @@ def optimizer_state_counted(name: str, shapes: Iterable[Sequence[int]], nbytes: 
         if name == "sgd momentum":
             total += numel * nbytes
         elif name in ("adam", "adamw"):
-            total += 2 * numel * nbytes + 4
+            total += 2 * numel * nbytes + (4 if on_device or capturable else 0)
         elif name == "adafactor":
             if len(shape) >= 2:
                 total += (math.prod(shape[:-1]) + math.prod(shape[:-2]) * shape[-1]) * nbytes
             else:
                 total += numel * nbytes
-            total += 4
+            total += 4 if on_device else 0
         elif name == "muon":
             if len(shape) != 2:
                 raise ValueError(f"Muon updates two-dimensional tensors, not {tuple(shape)}.")
             total += numel * nbytes
         elif name == "adam 8-bit":
-            total += eight_bit_state_bytes(numel) + 4
+            total += eight_bit_state_bytes(numel)
         else:
             raise ValueError(f"no count for optimizer {name!r}.")
     return total

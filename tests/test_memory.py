@@ -189,6 +189,67 @@ def test_without_torch_accelerator_counters_cuda_uses_torch_cuda(monkeypatch):
         memory.Tracker("xpu").__enter__()
 
 
+def test_trackers_of_one_accelerator_do_not_nest_and_the_outer_peak_survives(monkeypatch):
+    """An inner tracker would reset the peak the outer one is reading: it is refused, and the
+    device is free again once the outer block ends (even by an error)."""
+    fake = FakeAllocator()
+    monkeypatch.setattr(torch, "accelerator", fake, raising=False)
+    with memory.Tracker("cuda") as outer:
+        fake.alloc(8 * MiB)
+        fake.alloc(-8 * MiB)
+        with pytest.raises(RuntimeError, match="cannot be nested"):
+            memory.Tracker("cuda:1").__enter__()
+        outer.mark("after a temporary")
+    assert outer.readings[0].peak == 8 * MiB
+    with pytest.raises(KeyError):
+        with memory.Tracker("cuda"):
+            raise KeyError("inside")
+    with memory.Tracker("cuda") as again:
+        again.mark("free again")
+    assert again.readings[0].allocated == 0
+
+
+def test_a_cpu_tracker_refuses_to_run_inside_a_profiler_or_another_cpu_tracker():
+    """A second profiler session would stop the first (and a nested CPU tracker crashed the
+    process when the outer one ended): it is refused, and the outer session goes on."""
+    from d2l_ext import memory_budget
+
+    with memory.Tracker(CPU) as outer:
+        kept = floats(1)
+        with pytest.raises(RuntimeError, match="inside another profiler session"):
+            memory.Tracker(CPU).__enter__()
+        with pytest.raises(RuntimeError, match="inside another profiler session"):
+            memory_budget.growth(lambda: None, 1, CPU)
+        outer.mark("one")
+    assert outer.readings[0].allocated == MiB
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        with pytest.raises(RuntimeError, match="inside another profiler session"):
+            memory.Tracker(CPU).__enter__()
+        assert torch._C._autograd._profiler_enabled()  # the user's profiler still runs
+    with memory.Tracker(CPU, source="malloc") as outside, memory.Tracker(CPU) as inside:
+        del kept
+        inside.mark("a malloc tracker around a profiler one is fine")
+        outside.mark("both")
+
+
+def test_counting_fake_tensors_never_asks_for_an_address():
+    """Fake tensors (FakeTensorMode, as MemTracker and FSDPMemTracker use) have meta
+    storages: counted by storage, views once, and without the deprecated data_ptr()."""
+    import warnings
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with FakeTensorMode():
+            x, y = torch.empty(10, 10), torch.empty(5)
+            assert memory.tensor_bytes([x, x[1:], x.t(), y]) == 400 + 20
+            net = torch.nn.Linear(10, 3)
+            with memory.SavedTensors(exclude=[net]) as saved:
+                net(x).relu().sum()
+    assert saved.nbytes == 400 + 10 * 3 * 4  # the input and ReLU's output
+
+
 # ---------------------------------------------------------------------- the CPU's timeline
 def test_the_timeline_follows_every_change_and_ends_at_the_last_reading():
     with memory.Tracker(CPU) as tracker:

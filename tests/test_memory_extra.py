@@ -47,16 +47,23 @@ def test_fsdp2_moments_follow_the_passes():
     f1, f2, b3, b2, b1 = moments[0], moments[1], moments[3], moments[4], moments[5]
     assert (f1.sharded, f1.gathered, f1.all_gather, f1.gradients) == (state, 20, 20, 0)
     assert (f2.gathered, f2.all_gather) == (40, 2 * (20 + 10))  # its buffer and the previous
+    # gradients in the param type (2 B), the reduce-scatter input in the reduce type (4 B)
     assert (b3.sharded, b3.gathered, b3.all_gather, b3.gradients, b3.reduce_scatter) == (
-        state, 60, 40, 120, 0)  # nothing reduced before the first unit of backward
+        state, 60, 40, 60, 0)  # nothing reduced before the first unit of backward
     assert (b2.sharded, b2.all_gather, b2.reduce_scatter) == (state + 4 * 30 / k, 20, 120)
     assert (b1.sharded, b1.all_gather) == (state + 4 * 50 / k, 0)  # nothing to prefetch
-    assert b1.total == b1.sharded + 20 + 0 + 40 + 80
+    assert b1.total == b1.sharded + 20 + 0 + 20 + 80
 
 
-def test_eight_bit_lora_and_fits():
-    assert budget.eight_bit_state_bytes(2048) == 2 * (2048 + 4)
-    assert budget.eight_bit_state_bytes(2049) == 2 * (2049 + 8)  # a second, partial block
+def test_eight_bit_state_as_bitsandbytes_keeps_it_lora_and_fits():
+    """bitsandbytes' Adam8bit: one absmax per 256 numbers per state, and tensors of fewer
+    than 4,096 numbers in float32; the paper's 2,048-number blocks on request."""
+    assert budget.eight_bit_state_bytes(4096) == 2 * (4096 + 4 * 16)
+    assert budget.eight_bit_state_bytes(4097) == 2 * (4097 + 4 * 17)  # a partial block
+    assert budget.eight_bit_state_bytes(4095) == 2 * 4 * 4095  # too small: float32
+    assert budget.eight_bit_state_bytes(2048, block=2048, min_size=0) == 2 * (2048 + 4)
+    assert budget.optimizer_state_counted("adam 8-bit", [(4096, 8), (8,)]) == (
+        2 * (4096 * 8 + 4 * 128) + 2 * 4 * 8)  # the step counter is a Python number
     assert budget.lora_parameters([(100, 50), (10, 10)], 4) == 4 * 150 + 4 * 20
     assert budget.fits(100, 40, 7) == 8
     assert budget.fits(100, 120, 7) == 0
@@ -71,6 +78,13 @@ def test_optimizer_state_counted_by_hand():
     assert budget.optimizer_state_counted("adam", shapes) == 8 * 20 + 2 * 4
     assert budget.optimizer_state_counted("adafactor", shapes) == 4 * (3 + 5) + 4 * 5 + 2 * 4
     assert budget.optimizer_state_counted("adafactor", [(2, 3, 5)]) == 4 * (6 + 10) + 4
+    # on an accelerator the step counters stay on the host (Adam unless capturable/fused;
+    # Adafactor always)
+    assert budget.optimizer_state_counted("adam", shapes, device="cuda") == 8 * 20
+    assert budget.optimizer_state_counted("adam", shapes, device="cuda:1",
+                                          capturable=True) == 8 * 20 + 2 * 4
+    assert budget.optimizer_state_counted("adafactor", shapes, device="cuda",
+                                          capturable=True) == 4 * (3 + 5) + 4 * 5
     assert budget.optimizer_state_counted("muon", [(3, 5)]) == 4 * 15
     with pytest.raises(ValueError, match="two-dimensional"):
         budget.optimizer_state_counted("muon", shapes)
@@ -153,9 +167,11 @@ def test_growth_sees_a_leak_and_gc_frees_a_cycle():
     assert sizes == [MiB, 2 * MiB, 3 * MiB, 0]
 
 
-def test_fsdp2_moments_match_pytorchs_fsdp_mem_tracker():
+@pytest.mark.parametrize("reduce_float32", [False, True])
+def test_fsdp2_moments_match_pytorchs_fsdp_mem_tracker(reduce_float32):
     """FSDP2's own code, run on fake tensors with a fake group of 4 processes, holds what
-    fsdp2_moments counts, to the byte but for Adam's step counters (4 bytes a tensor)."""
+    fsdp2_moments counts, to the byte but for Adam's step counters (4 bytes a tensor); with
+    a float32 reduce type too (the unsharded gradients stay in the param type)."""
     import torch.distributed as dist
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
@@ -171,7 +187,9 @@ def test_fsdp2_moments_match_pytorchs_fsdp_mem_tracker():
         mesh = init_device_mesh("cpu", (k,))
         with FakeTensorMode():
             stack = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(depth)])
-            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+            policy = MixedPrecisionPolicy(
+                param_dtype=torch.bfloat16,
+                reduce_dtype=torch.float32 if reduce_float32 else None)
             for layer in stack:
                 fully_shard(layer, mesh=mesh, mp_policy=policy)
             fully_shard(stack, mesh=mesh, mp_policy=policy)
@@ -188,7 +206,8 @@ def test_fsdp2_moments_match_pytorchs_fsdp_mem_tracker():
                         tracker.reset_mod_stats()
     finally:
         dist.destroy_process_group()
-    counted = budget.fsdp2_moments([width * width] * depth, k)
+    counted = budget.fsdp2_moments([width * width] * depth, k,
+                                   reduce_bytes=4 if reduce_float32 else 2)
     tracked = ([budget.fsdp_tracked(tracker, stack[i], "Peak Forward") for i in range(depth)]
                + [budget.fsdp_tracked(tracker, stack[i], "Before Post-Backward")
                   for i in reversed(range(depth))])

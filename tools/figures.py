@@ -379,13 +379,73 @@ def fsdp_moments(t: dict) -> str:
     return svg(1000, 292, "\n".join(body))
 
 
+# ---- chapter 7 (memory): what each of 4 data-parallel processes holds under DDP and ZeRO-1/2/3
+TEXT["en"].update({
+    "zero_title": "What each of 4 data-parallel processes holds (float32 weights, gradients, "
+                  "Adam: 4 + 4 + 8 bytes per parameter)",
+    "zero_weights": "weights", "zero_grads": "gradients", "zero_adam": "Adam state",
+    "zero_other": "held by another process", "zero_rank": "process",
+    "zero_per_rank": "bytes per process",
+})
+TEXT["zh"].update({
+    "zero_title": "4 个数据并行进程各自持有什么（float32 权重、梯度、Adam 状态：每个参数"
+                  " 4 + 4 + 8 字节）",
+    "zero_weights": "权重", "zero_grads": "梯度", "zero_adam": "Adam 状态",
+    "zero_other": "由其他进程持有", "zero_rank": "进程",
+    "zero_per_rank": "每个进程的字节数",
+})
+
+#: the three parts of the training state: their widths (bytes per parameter) and fills
+ZERO_PARTS = (("weights", 4, "#0a7d91"), ("grads", 4, "#e59a4c"), ("adam", 8, "#5b8c2a"))
+#: each strategy: which of the parts (by index) it shards across the processes
+ZERO_STAGES = (("DDP", ()), ("ZeRO-1", (2,)), ("ZeRO-2", (1, 2)), ("ZeRO-3", (0, 1, 2)))
+
+
+def zero_stages(t: dict) -> str:
+    """Four panels (DDP, ZeRO-1, ZeRO-2, ZeRO-3), one row per process: each part of the
+    state is full, or the process's quarter of it (the rest outlined: another process's)."""
+    k, unit, row = 4, 10, 26  # processes; pixels per byte of a parameter; pixels per row
+    body = [f'<text class="title" x="20" y="24">{t["zero_title"]}</text>']
+    for p, (name, sharded) in enumerate(ZERO_STAGES):
+        left, top = 70 + p * 205, 70
+        body.append(f'<text class="title" x="{left + 80}" y="{top - 12}" '
+                    f'text-anchor="middle">{name}</text>')
+        for rank in range(k):
+            y, x = top + rank * row, left
+            if p == 0:
+                body.append(f'<text class="small" x="{left - 8}" y="{y + 15}" '
+                            f'text-anchor="end">{t["zero_rank"]} {rank}</text>')
+            for i, (_, width, fill) in enumerate(ZERO_PARTS):
+                w = width * unit
+                if i in sharded:
+                    body.append(f'<rect x="{x}" y="{y}" width="{w}" height="20" fill="none" '
+                                f'stroke="{fill}" stroke-dasharray="3,2"/>')
+                    body.append(f'<rect x="{x + rank * w / k:g}" y="{y}" width="{w / k:g}" '
+                                f'height="20" fill="{fill}" stroke="#fff"/>')
+                else:
+                    body.append(f'<rect x="{x}" y="{y}" width="{w}" height="20" fill="{fill}" '
+                                f'stroke="#fff"/>')
+                x += w
+        held = sum(width / (k if i in sharded else 1) for i, (_, width, _) in enumerate(ZERO_PARTS))
+        body.append(f'<text class="small" x="{left + 80}" y="{top + k * row + 16}" '
+                    f'text-anchor="middle">{t["zero_per_rank"]}{t["colon"]}{held:g}P</text>')
+    legend = [(f"zero_{part}", f'fill="{fill}"') for part, _, fill in ZERO_PARTS]
+    legend.append(("zero_other", 'fill="none" stroke="#444" stroke-dasharray="3,2"'))
+    x = 70
+    for key, style in legend:
+        body += [f'<rect x="{x}" y="{212}" width="14" height="14" {style}/>',
+                 f'<text class="small" x="{x + 20}" y="{224}">{t[key]}</text>']
+        x += 190
+    return svg(900, 240, "\n".join(body))
+
+
 #: Each diagram: its file name (without ``.svg``) and the function that draws it.
 DIAGRAMS = [("frontend-backend-torch", frontend_backend_torch),
             ("frontend-backend-mxnet", frontend_backend_mxnet),
             ("dependency-graph", dependency_graph), ("timeline", timeline),
             ("data-parallel", data_parallel), ("ring-allreduce", ring_allreduce),
             ("parameter-server", parameter_server), ("bucket-overlap", bucket_overlap),
-            ("fsdp-moments", fsdp_moments)]
+            ("fsdp-moments", fsdp_moments), ("zero-stages", zero_stages)]
 
 
 def main() -> None:
