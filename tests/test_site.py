@@ -509,7 +509,7 @@ def test_communication_page_shows_each_framework_its_own_messages(page, lang):
     the PyTorch tab; a real parameter-server job (dist_sync KVStore) under the MXNet tab; the
     run's checks in the page's language."""
     page.locator(".book-bar .fw-tab[data-fw=torch]").click()
-    ring = page.locator(".tag_torch", has_text="def ring_all_reduce(x):")
+    ring = page.locator(".tag_torch", has_text="def ring_all_reduce(x, via=dist):")
     check = page.locator(".tag_torch",
                          has_text="checked = {k: comm.spawn(comm_lab.check_all_reduces")
     server_job = page.locator(".tag_mxnet", has_text="%%writefile ps_hello.py")
@@ -531,7 +531,7 @@ def test_memory_page_shows_each_framework_its_own_counter(page, lang):
     sharding = page.locator(".tag_torch", has_text="%%writefile memory_lab.py")
     mx_counter = page.locator(".tag_mxnet", has_text="counter = mxnet_memory.StorageCounter()")
     assert counting.is_visible() and sharding.is_visible() and not mx_counter.is_visible()
-    assert {"en": "measured - predicted, bytes", "zh": "实测 - 预测（字节）"}[lang] in \
+    assert {"en": "measured - predicted, bytes", "zh": "实测 \u2212 预测（字节）"}[lang] in \
         counting.inner_text()
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert mx_counter.is_visible() and not counting.is_visible()
