@@ -335,14 +335,8 @@ class Paired:
     @property
     def verdict(self) -> str:
         """``"faster"`` or ``"slower"`` only if so in every round but at most ``allow``,
-        else ``"no clear gain"`` (with ``allow=0``, :func:`d2l_ext.utils.paired_verdict`)."""
-        if not self.allow:
-            return paired_verdict(self.ratios)
-        if sum(r >= 1 for r in self.ratios) <= self.allow:
-            return "faster"
-        if sum(r <= 1 for r in self.ratios) <= self.allow:
-            return "slower"
-        return "no clear gain"
+        else ``"no clear gain"`` (:func:`d2l_ext.utils.paired_verdict`)."""
+        return paired_verdict(self.ratios, self.allow)
 
 
 def against(times: Mapping[str, Sequence[float]], control: str,

@@ -188,7 +188,7 @@ class EmulatedLinks:
         self.irecv(tensor, src).wait()
 
     # -- all-reduce ----------------------------------------------------------------------------
-    def _start_all_reduce(self, tensor) -> tuple[Callable[[], float], Any]:
+    def _start_all_reduce(self, tensor) -> Callable[[], float]:
         """Start gloo's all-reduce of ``tensor`` and of the ranks' start times; return a
         function that waits for both and gives the emulated ring's end time."""
         import torch
@@ -205,12 +205,12 @@ class EmulatedLinks:
             self._ring_free = start + seconds
             payload.wait()
             return self._ring_free
-        return end, payload
+        return end
 
     def all_reduce(self, tensor) -> None:
         """Sum ``tensor`` over the ranks, in place, in the time a ring takes on these links."""
         self._drain()
-        end, _ = self._start_all_reduce(tensor)
+        end = self._start_all_reduce(tensor)
         _sleep_until(end())
 
     def _drain(self) -> None:
@@ -242,7 +242,7 @@ class EmulatedLinks:
                 self._worker = threading.Thread(target=self._serve, daemon=True)
                 self._worker.start()
             tensor = bucket.buffer().div_(dist.get_world_size())
-            end, _ = self._start_all_reduce(tensor)
+            end = self._start_all_reduce(tensor)
             future = torch.futures.Future()
             self._jobs.put((end, tensor, future))
             return future

@@ -145,17 +145,18 @@ class Timing:
 FASTER, NO_GAIN, SLOWER = "faster", "no clear gain", "slower"
 
 
-def paired_verdict(ratios: Sequence[float]) -> str:
+def paired_verdict(ratios: Sequence[float], allow: int = 0) -> str:
     """A setting against another from the ratios of their times, one per round in which both
     ran (``this / other``): ``"faster"`` if it was faster in every round, ``"slower"`` if
-    slower in every round, else ``"no clear gain"`` (``""`` without rounds). A drift of the
+    slower in every round, else ``"no clear gain"`` (``""`` without rounds); ``allow``
+    rounds may go the other way (a disturbed round need not veto a verdict). A drift of the
     machine falls on both members of a pair alike, so pairs survive a drift that makes
     ranges over all rounds overlap."""
     if not ratios:
         return ""
-    if max(ratios) < 1:
+    if sum(r >= 1 for r in ratios) <= allow:
         return FASTER
-    if min(ratios) > 1:
+    if sum(r <= 1 for r in ratios) <= allow:
         return SLOWER
     return NO_GAIN
 

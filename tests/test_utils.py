@@ -382,3 +382,13 @@ def test_measure_times_each_run_between_two_barriers(monkeypatch):
     assert timing.times == (1.0, 1.0)
     with pytest.raises(ValueError, match="repeats"):
         utils.measure(lambda: None, lambda: None, repeats=0)
+
+
+def test_paired_verdict_may_allow_rounds_the_other_way():
+    from d2l_ext.utils import paired_verdict
+    ratios = [0.8] * 10 + [1.3]
+    assert paired_verdict(ratios) == "no clear gain"
+    assert paired_verdict(ratios, allow=1) == "faster"
+    assert paired_verdict([1.2] * 4 + [0.9], allow=1) == "slower"
+    assert paired_verdict([0.8] * 9 + [1.3, 1.0], allow=1) == "no clear gain"
+    assert paired_verdict([1.0, 1.0]) == "no clear gain"  # a tie is neither way
