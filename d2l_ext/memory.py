@@ -50,10 +50,16 @@ either (only a free of an address allocated inside the block counts, with the si
 there; PyTorch may log a warning that a block of unknown size was freed); on an accelerator
 the counters cannot tell them apart, and their frees lower ``allocated``, below zero if need
 be: free them before the block, not inside it. The profiler sees the allocations of the
-thread that runs the block and of the threads PyTorch runs for it (intra-op, autograd); a CPU
-tracker refuses to run inside another ``torch.profiler`` session (or another CPU tracker), and
-a tracker of an accelerator inside another of the same device. Set ``KINETO_LOG_LEVEL=6`` in
-the environment before the first profile to keep the profiler from logging its start and stop.
+thread that runs the block and of the threads PyTorch runs for it (intra-op, autograd).
+The profiler (Kineto) runs one session at a time in a process, whichever thread starts it: a
+CPU tracker refuses to start while another CPU tracker or a ``torch.profiler`` session runs,
+in this thread or in another (a second session would stop the first, or crash the process),
+and a tracker of an accelerator refuses to start inside another of the same device. Run such
+blocks one after another (end the other thread's first), or use ``source="malloc"``, which
+runs no profiler. A user's ``torch.profiler.profile`` that another thread starts *after* a
+CPU tracker has started, or one that is still in its scheduled warm-up, cannot be seen: do
+not profile in other threads while a CPU tracker runs. Set ``KINETO_LOG_LEVEL=6`` in the
+environment before the first profile to keep the profiler from logging its start and stop.
 """
 
 from __future__ import annotations
@@ -65,10 +71,12 @@ import gzip
 import json
 import os
 import tempfile
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 __all__ = ["CATEGORIES", "Reading", "SavedTensors", "Tracker", "gradient_bytes",
            "load_timeline", "malloc_in_use", "optimizer_state_bytes", "parameter_bytes",
@@ -93,12 +101,16 @@ class Reading:
 class Tracker:
     """Read the memory that the code inside ``with Tracker(device):`` allocates on
     ``device`` at each :meth:`mark` (see the module's docstring). Trackers do not nest: a
-    CPU tracker refuses to start inside any profiler session (its own profiler would stop
-    the running one), and a tracker of an accelerator inside another of the same device
-    (it would reset the outer one's peak)."""
+    CPU tracker refuses to start while any profiler session runs in the process, in any
+    thread (its own profiler would stop the running one), and a tracker of an accelerator
+    inside another of the same device (it would reset the outer one's peak)."""
 
     #: the accelerators that a Tracker is reading now
     _allocator_devices: set[str] = set()
+    #: the thread whose CPU tracker runs the profiler now (one per process), or None
+    _profiler_thread: int | None = None
+    #: guards the check and the start of a CPU tracker's profiler across threads
+    _profiler_lock = threading.Lock()
 
     def __init__(self, device: torch.device | str, source: str | None = None) -> None:
         self.device = torch.device(device)
@@ -123,12 +135,6 @@ class Tracker:
     def __enter__(self) -> Tracker:
         if self._active:
             raise RuntimeError("this Tracker is already in use; make a new one.")
-        if self.source == "profiler" and torch._C._autograd._profiler_enabled():
-            # a second profiler session would stop the running one (the user's, or an outer
-            # CPU Tracker's) and the process can crash when that one ends
-            raise RuntimeError("a CPU Tracker runs the profiler and cannot run inside another "
-                               "profiler session (a torch.profiler.profile, or another CPU "
-                               "Tracker); end that first, or use source='malloc'.")
         if self.source == "allocator":
             key = str(self.device if self.device.index is not None
                       else torch.device(self.device.type, _Counters(self.device).index))
@@ -148,11 +154,27 @@ class Tracker:
             self._baseline = malloc_in_use()
         else:
             gc.collect()  # no collection of earlier garbage inside the block, if possible
-            from torch.profiler import ProfilerActivity, profile
-
-            self._profile = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-            self._profile.__enter__()
+            try:
+                self._start_profiler()
+            except BaseException:
+                self._active = False
+                raise
         return self
+
+    def _start_profiler(self) -> None:
+        """Start the CPU's profiler, unless a profiler session runs in this process."""
+        from torch.profiler import ProfilerActivity, profile
+
+        with Tracker._profiler_lock:
+            _refuse_a_second_profiler()
+            profile_ = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            Tracker._profiler_thread = threading.get_ident()
+            try:
+                profile_.__enter__()
+            except BaseException:
+                Tracker._profiler_thread = None
+                raise
+        self._profile = profile_
 
     def __exit__(self, kind, value, traceback) -> None:
         self._active = False
@@ -161,7 +183,11 @@ class Tracker:
         if self._profile is None:
             return
         profile, self._profile = self._profile, None
-        profile.__exit__(kind, value, traceback)
+        try:
+            profile.__exit__(kind, value, traceback)
+        finally:
+            with Tracker._profiler_lock:
+                Tracker._profiler_thread = None
         if kind is None:
             self._readings = self._from_trace(profile)
 
@@ -240,6 +266,29 @@ class Tracker:
                 i += 1
             readings.append(Reading(label, total, peak, None))
         return readings
+
+
+def _refuse_a_second_profiler() -> None:
+    """Raise if a profiler session runs in this process: Kineto, the profiler's back end,
+    holds one session per process, and a second one, from any thread, stops the first or
+    crashes the process. Seen: a CPU tracker in any thread (:attr:`Tracker._profiler_thread`),
+    any profiler of this thread (the C++ state is the thread's own), and a
+    ``torch.profiler.profile`` of another thread while it records
+    (``torch.autograd.profiler._is_profiler_enabled``, a process-wide flag that its start and
+    stop set)."""
+    import torch.autograd.profiler as autograd_profiler
+
+    owner = Tracker._profiler_thread
+    if owner == threading.get_ident() or torch._C._autograd._profiler_enabled():
+        raise RuntimeError("a CPU Tracker runs the profiler and cannot run inside another "
+                           "profiler session (a torch.profiler.profile, or another CPU "
+                           "Tracker); end that first, or use source='malloc'.")
+    if owner is not None or getattr(autograd_profiler, "_is_profiler_enabled", False):
+        who = "a CPU Tracker" if owner is not None else "a torch.profiler session"
+        raise RuntimeError(f"{who} runs in another thread, and the profiler runs one session "
+                           "per process: a second one would stop it or crash the process. "
+                           "Run the blocks one after another (join that thread first), or "
+                           "use source='malloc'.")
 
 
 class _MallInfo2(ctypes.Structure):
@@ -337,31 +386,52 @@ _SPARSE_PARTS = {
 }
 
 
-def _storages(t: torch.Tensor) -> list[tuple[tuple, int]]:
-    """``(key, bytes)`` of each storage behind ``t``: one for a dense tensor, its indices and
-    values for a sparse one. The key is the same for views of one storage: its address on the
-    device, or, where there is no address (the meta device, where every storage's address
-    is 0), the storage object itself."""
+def _dense_parts(t: torch.Tensor) -> list[torch.Tensor]:
+    """The plain tensors that hold ``t``'s data: ``t`` itself; a sparse tensor's indices and
+    values; a tensor subclass's inner tensors (``__tensor_flatten__``: a DTensor's local
+    shard, a jagged nested tensor's values and offsets), recursively."""
+    if is_traceable_wrapper_subclass(t):
+        names, _ = t.__tensor_flatten__()
+        inner = (getattr(t, name) for name in names)  # a DTensor's also names its mesh
+        return [p for x in inner if isinstance(x, torch.Tensor) for p in _dense_parts(x)]
     parts = _SPARSE_PARTS.get(t.layout)
     if parts is not None:
-        return [s for name in parts for s in _storages(getattr(t, name)())]
+        return [p for name in parts for p in _dense_parts(getattr(t, name)())]
+    return [t]
+
+
+def _storages(t: torch.Tensor) -> list[tuple[tuple, int]]:
+    """``(key, bytes)`` of each storage behind ``t`` (see :func:`_dense_parts`). The key is
+    the same for views of one storage: its address on the device, or, where there is no
+    address (the meta device, where every storage's address is 0, or an empty storage), the
+    storage object itself."""
+    return [_storage(part) for part in _dense_parts(t)]
+
+
+def _storage(t: torch.Tensor) -> tuple[tuple, int]:
+    """``(key, bytes)`` of the storage behind a plain tensor, or of the tensor itself where
+    it has no storage (e.g. oneDNN's layout)."""
     try:
         storage = t.untyped_storage()
-    except (NotImplementedError, RuntimeError):  # no storage (e.g. oneDNN's layout): its size
-        return [((str(t.device), "tensor", id(t)), t.numel() * t.element_size())]
-    # A fake tensor's storage lives on the meta device, like a meta tensor's: it has no
-    # address (and asking a fake storage for one is deprecated), so it is keyed by the
-    # storage object itself, which its views share.
-    address = 0 if storage.device.type == "meta" else storage.data_ptr()
+        # A fake tensor's storage lives on the meta device, like a meta tensor's: it has no
+        # address (and asking a fake storage for one is deprecated), so it is keyed by the
+        # storage object itself, which its views share.
+        address = 0 if storage.device.type == "meta" else storage.data_ptr()
+    except (NotImplementedError, RuntimeError):
+        return (str(t.device), "tensor", id(t)), t.numel() * t.element_size()
     key = (str(t.device), address) if address else (str(t.device), "storage", storage._cdata)
-    return [(key, storage.nbytes())]
+    return key, storage.nbytes()
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
     """The bytes of the storages behind ``tensors``, each storage counted once (views and
     a tensor listed twice share one; a view holds its whole storage). Sparse tensors count
-    their indices and values; tensors on the ``meta`` device count the bytes they would
-    allocate, so a model too large to allocate can be sized there."""
+    their indices and values, each with its whole storage (a CSR tensor's column indices may
+    be a view of a 2 x nnz index storage, as after ``to_sparse_csr()`` of a dense tensor);
+    a DTensor (FSDP2's parameters) counts its local shard as this process holds it (FSDP2
+    pads each shard to the size of the first, so every rank holds ceil(rows / k) rows); a
+    jagged nested tensor counts its values and offsets; tensors on the ``meta`` device count
+    the bytes they would allocate, so a model too large to allocate can be sized there."""
     seen: dict[tuple, int] = {}
     for t in tensors:
         seen.update(_storages(t))
@@ -394,8 +464,11 @@ class SavedTensors:
     (``torch.autograd.graph.saved_tensors_hooks``): their storages' bytes, each storage
     once, leaving out the storages of ``exclude``: tensors, and modules, which stand for their
     parameters and buffers (they exist anyway; BatchNorm saves its running statistics for
-    the backward pass, and they are not activations). Sparse saved tensors count their
-    indices and values.
+    the backward pass, and they are not activations). Saved tensors count as in
+    :func:`tensor_bytes` (a sparse one its indices and values, a DTensor its local shard).
+    A module stands for the parameters it holds when a tensor is saved: under FSDP2
+    (``fully_shard``) those are the unsharded ones that the forward pass gathered, so the
+    weights a matrix product saves are left out as they are without sharding.
 
     ::
 
@@ -405,20 +478,32 @@ class SavedTensors:
     """
 
     def __init__(self, exclude: Iterable[torch.Tensor | torch.nn.Module] = ()) -> None:
-        tensors: list[torch.Tensor] = []
-        for x in exclude:
-            if isinstance(x, torch.nn.Module):
-                tensors += [*x.parameters(), *x.buffers()]
-            else:
-                tensors.append(x)
-        self._exclude = {key for t in tensors for key, _ in _storages(t)}
+        exclude = list(exclude)
+        self._modules = [x for x in exclude if isinstance(x, torch.nn.Module)]
+        tensors = [x for x in exclude if not isinstance(x, torch.nn.Module)]
+        held = self._module_tensors()
+        self._held_ids = [id(t) for t in held]
+        self._exclude = {key for t in tensors + held for key, _ in _storages(t)}
         self._storages: dict[tuple, int] = {}
         self._hooks = None
 
+    def _module_tensors(self) -> list[torch.Tensor]:
+        return [t for m in self._modules for t in (*m.parameters(), *m.buffers())]
+
+    def _excluded(self) -> set[tuple]:
+        """The keys to leave out now: those of ``exclude`` as it was given, and, where a
+        module holds other tensors than then (FSDP2's unsharded parameters, gathered for
+        the forward pass), those of the tensors it holds now."""
+        held = self._module_tensors()
+        if [id(t) for t in held] == self._held_ids:
+            return self._exclude
+        return self._exclude | {key for t in held for key, _ in _storages(t)}
+
     def __enter__(self) -> SavedTensors:
         def pack(t: torch.Tensor) -> torch.Tensor:
+            excluded = self._excluded()
             for key, nbytes in _storages(t):
-                if key not in self._exclude and nbytes > 0:
+                if key not in excluded and nbytes > 0:
                     self._storages[key] = nbytes
             return t
 

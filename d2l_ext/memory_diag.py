@@ -87,9 +87,12 @@ class SavedCensus:
     """Count every tensor that autograd asks to save while the block runs, as a
     ``saved_tensors_hooks`` pack hook sees it: one entry per save (a tensor that two
     operations save is counted twice, as a hook that copies each saved tensor copies it twice),
-    with its bytes (``numel * element_size``: what a copy of it allocates) and whether it
-    shares storage with one of ``parameters`` (a weight that a matrix product saves for its
-    backward pass, often as a transposed view).
+    with its bytes (``numel * element_size``: what a copy of it allocates; a sparse tensor's
+    indices and values, a DTensor's local shard) and whether it shares storage with one of
+    ``parameters`` (a weight that a matrix product saves for its backward pass, often as a
+    transposed view). ``parameters`` are read when the census is made: under FSDP2
+    (``fully_shard``) they are shards, and the unsharded weights that a later forward pass
+    gathers and saves are not recognised as parameters.
 
     ::
 
@@ -99,7 +102,7 @@ class SavedCensus:
     """
 
     def __init__(self, parameters: Iterable[Any] = ()) -> None:
-        self._parameter_storages = {_storage_key(p) for p in parameters}
+        self._parameter_storages = {key for p in parameters for key in _storage_keys(p)}
         self.entries: list[tuple[int, bool]] = []
         self._hooks: Any = None
 
@@ -107,8 +110,8 @@ class SavedCensus:
         import torch
 
         def pack(t: torch.Tensor) -> torch.Tensor:
-            self.entries.append((t.numel() * t.element_size(),
-                                 _storage_key(t) in self._parameter_storages))
+            self.entries.append((_copy_nbytes(t),
+                                 not _storage_keys(t).isdisjoint(self._parameter_storages)))
             return t
 
         self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
@@ -130,13 +133,23 @@ class SavedCensus:
         return sum(n for n, is_param in self.entries if is_param)
 
 
-def _storage_key(t: Any) -> tuple:
-    """A tensor's storage as a hashable key (device and address; meta and sparse tensors by
-    identity)."""
-    if t.is_sparse or t.device.type == "meta":
-        return ("id", id(t))
-    storage = t.untyped_storage()
-    return (str(t.device), storage.data_ptr(), storage.nbytes())
+def _storage_keys(t: Any) -> set[tuple]:
+    """The storages behind a tensor, as hashable keys (those of
+    :func:`d2l_ext.memory.tensor_bytes`: a sparse tensor's indices and values, a DTensor's
+    local shard, a jagged nested tensor's values and offsets; meta and fake tensors by their
+    storage objects)."""
+    from d2l_ext.memory import _storages
+
+    return {key for key, _ in _storages(t)}
+
+
+def _copy_nbytes(t: Any) -> int:
+    """The bytes a copy of ``t`` allocates: ``numel * element_size`` of each plain tensor
+    behind it (a sparse tensor's indices and values, without the rest of their storages; a
+    DTensor's local shard; a jagged nested tensor's values and offsets)."""
+    from d2l_ext.memory import _dense_parts
+
+    return sum(part.numel() * part.element_size() for part in _dense_parts(t))
 
 
 # ------------------------------------------------------------------ allocator diagnostics
