@@ -98,7 +98,7 @@ def step_by_category(readings: Sequence[Any], parameters: int, gradients: int, s
         bottom = [b + h for b, h in zip(bottom, heights)]
     ax.set_xticks(list(xs), [mark_label(r.label) for r in readings], rotation=60, ha="right",
                   fontsize=8)
-    ax.set_ylabel(label(en="MiB at the mark", zh="标记处的 MiB"))
+    ax.set_ylabel(label(en="MiB at the mark", zh="各标记处的内存（MiB）"))
     if title:
         ax.set_title(title)
     ax.legend(fontsize=7, loc="upper left", ncols=2)

@@ -80,7 +80,7 @@ def test_the_plots_draw_and_label_their_axes_in_both_languages(lang, monkeypatch
     assert all(any("\u4e00" <= ch <= "\u9fff" for ch in i18n.LABELS[e]) for e in english
                if e != "forward 1") and i18n.LABELS["forward 1"] == "前向 1"
     chinese = lang == "zh" and i18n.cjk_font() is not None and i18n.capture_dir() is None
-    assert ax.get_ylabel() == ("标记处的 MiB" if chinese else "MiB at the mark")
+    assert ax.get_ylabel() == ("各标记处的内存（MiB）" if chinese else "MiB at the mark")
     for f in (ax.figure, ax2.figure, fig):
         f.canvas.draw()
         with i18n.translated(f) as any_label:  # an English figure has a Chinese rendering
