@@ -187,9 +187,11 @@ def test_executed_notebooks_record_their_run_and_have_no_errors(name, lang):
         nb = nbformat.read(config.NOTEBOOKS / lang / fw / f"{name}.ipynb", 4)
         run = nb.metadata["d2l_ext"]["run"]
         assert run["machine"] and run["framework"] and run["date"]
-        assert nb.cells[1].metadata["d2l_ext"]["role"] == "run-note"
+        # first the run time, then the title and under it the run note
+        assert [c.metadata.get("d2l_ext", {}).get("role") for c in nb.cells[:3]] == [
+            "run-time", None, "run-note"]
         assert nb.metadata["language_info"]["pygments_lexer"] == "ipython3"  # the kernel's
-        assert runinfo.machine_name(run, lang) in nb.cells[1].source
+        assert runinfo.machine_name(run, lang) in nb.cells[2].source
         errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
                   if o.output_type == "error"]
         assert errors == []

@@ -97,7 +97,11 @@ def test_one_run_fills_both_languages(book):
         prose = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
         assert f"{TEXT[lang]['answer_is']} 42.00." in prose
         assert "MXNet" not in prose
-    assert "real run on" in en.cells[1].source and "真实运行" in zh.cells[1].source
+    assert "real run on" in en.cells[2].source and "真实运行" in zh.cells[2].source  # the note
+    # right under the title, before the opening prose (its own cell)
+    assert (en.cells[1].source, zh.cells[1].source) == ("# Demo", "# 演示")
+    assert en.cells[3].source.startswith("Shared text.")
+    assert en.cells[0].metadata["d2l_ext"]["role"] == "run-time"  # under the run time, title
     assert not list(root.rglob("*.part"))
 
 
@@ -299,7 +303,8 @@ def test_refill_rewrites_the_prose_and_keeps_the_run(book):
             assert nb.metadata["d2l_ext"][key] == ran[lang].metadata["d2l_ext"][key]
         assert [c.outputs for c in nb.cells if c.cell_type == "code"] == [
             c.outputs for c in ran[lang].cells if c.cell_type == "code"]
-        assert nb.cells[1].source == ran[lang].cells[1].source  # the run note
+        assert nb.cells[2].source == ran[lang].cells[2].source  # the run note
+        assert nb.cells[0].source == ran[lang].cells[0].source  # the run time, from the run
     # the new prose is what the notebooks now hold (only the torch demo ran)
     assert [p for p in notebooks.stale() if "/torch/" in p] == []
     assert not list(root.rglob("*.part"))
@@ -489,10 +494,13 @@ def test_a_page_keeps_every_cell_once_or_once_per_framework(tmp_path, monkeypatc
     page = pages.merge(chapter)
     shown = [(c.cell_type, c.metadata.get("tags", []),
               "".join(o.get("text", "") for o in c.get("outputs", []))) for c in page.cells]
-    assert shown == [("markdown", [], ""), ("markdown", [], ""), ("code", [], "same\n"),
+    assert shown == [("markdown", [], ""), ("markdown", [], ""), ("markdown", [], ""),
+                     ("code", [], "same\n"),
                      ("code", ["torch"], "torch\n"), ("code", ["mxnet"], "mxnet\n"),
                      ("code", ["torch"], "torch\n"), ("code", ["mxnet"], "mxnet\n")]
-    prose, notes = page.cells[0].source, page.cells[1].source
+    # the title alone, right under it the run notes, then the chapter's opening prose
+    title, notes, prose = (c.source for c in page.cells[:3])
+    assert title == "# Demo"
     assert "Shared prose." in prose
     assert "::::{container} fw fw-torch\nPyTorch: 42.00.\n::::" in prose
     assert "::::{container} fw fw-mxnet\nMXNet: 42.0.\n::::" in prose
@@ -538,7 +546,7 @@ def test_refill_takes_a_new_first_cell_without_running_again(book, monkeypatch):
     monkeypatch.setattr(nb_module, "install_cell", changed)
     execute.refill("demo", "torch")
     for lang in ("en", "zh"):
-        first = _notebook(root, lang).cells[2]
+        first = next(c for c in _notebook(root, lang).cells if c.cell_type == "code")
         assert first.metadata["d2l_ext"]["role"] == "install" and "# changed" in first.source
     book("print(answer + 2)")  # other code: refill refuses
     with pytest.raises(BookError, match="changed since"):

@@ -309,7 +309,8 @@ def _run_cells_containing(name: str, marker: str, lang: str, monkeypatch,
 
 
 def test_the_tuning_page_measures_what_the_loader_traces_hold(monkeypatch):
-    """Chapter 3's claims about the two ResNet-50 traces: the host in the loader and the GPU
+    """The tuning-tips chapter's claims about the two ResNet-50 traces: the host in the loader and
+    the GPU
     idle in one span without workers; short spans, none long, with four."""
     ns, _ = _run_cells_containing("tuning-tips", "def waiting_for_data", "en", monkeypatch)
     zero, four = ns["zero_w"], ns["four_w"]
@@ -328,7 +329,8 @@ def test_the_tuning_page_measures_what_the_loader_traces_hold(monkeypatch):
 
 
 def test_the_gpu_basics_page_measures_what_the_stream_trace_holds(monkeypatch):
-    """Chapter 5's claims about the join in the A100 trace: the event recorded after the
+    """The GPU-basics chapter's claims about the join in the A100 trace: the event recorded after
+    the
     stream it waits on had finished, the joined product started as fast as the one that
     waited for nothing, no two streams overlapped, and cudaMalloc outlasted a product."""
     ns, printed = _run_cells_containing("gpu-basics", "gputrace.joins(", "en", monkeypatch,

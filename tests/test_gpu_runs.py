@@ -169,7 +169,8 @@ def test_the_pipeline_keeps_a_record_from_a_full_gpu_run_only(tmp_path, monkeypa
 
 
 def test_the_async_record_lines_up_with_the_chapters_table():
-    """The figures kept from the book's H100 run of chapter 1 (read from its executed notebook
+    """The figures kept from the book's H100 run of the async-computation chapter (read from its
+    executed notebook
     at ec40dc2) carry the labels of figures that the chapter's table prints at full size, so
     that the table shows them side by side; figures that run measured wrongly are not kept."""
     record = gpu_runs.load("async-computation")

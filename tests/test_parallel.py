@@ -219,7 +219,7 @@ def test_bad_input_says_what_to_do():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU torch's primitives work")
 def test_torchs_primitives_refuse_a_cpu_each_in_its_own_way():
-    """What chapter 5 says of torch's four functions on a machine without a GPU."""
+    """What the GPU-basics chapter says of torch's four functions on a machine without a GPU."""
     from torch.nn.parallel import gather, parallel_apply, replicate, scatter
 
     cpu, net, X = torch.device("cpu"), nn.Linear(3, 2), torch.randn(4, 3)

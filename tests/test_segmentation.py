@@ -1,4 +1,5 @@
-"""d2l_ext.segmentation: chapter 4's four masked cross-entropies agree, value and gradient."""
+"""d2l_ext.segmentation: the host-device-sync chapter's four masked cross-entropies agree, value
+and gradient."""
 
 import re
 
@@ -87,7 +88,9 @@ def test_an_unknown_variant_names_the_choices():
         MaskedCrossEntropy("fast")
 
 
-ORDER = {  # the syncing operators of a training step, in the order chapter 4's losses run them
+# the syncing operators of a training step, in the order the host-device-sync chapter's
+# losses run them
+ORDER = {
     "original": ["nonzero", "index_put_", "_unique2", "nonzero", "nonzero", "nonzero"],
     "where": ["_unique2", "nonzero", "nonzero", "nonzero"],
     "sort": ["nonzero", "nonzero", "nonzero"],
@@ -103,9 +106,10 @@ def _cpu_ops(f):
     return [(e.name, e.time_range.start, e.time_range.end) for e in events]
 
 
+# what the host-device-sync chapter's sync_points passes over between lift_fresh and index_put_
 VIEWS = ("aten::slice", "aten::select", "aten::as_strided", "aten::alias", "aten::view",
          "aten::unsqueeze", "aten::expand", "aten::detach", "aten::detach_", "detach",
-         "detach_")  # what chapter 4's sync_points passes over between lift_fresh and index_put_
+         "detach_")
 
 
 def _waits_on_a_gpu(ops):
@@ -114,7 +118,8 @@ def _waits_on_a_gpu(ops):
     index_put_, a copy_ outside any other operator, or a fill_, right after the lift_fresh
     that made the tensor, views of the target passed over) that did not become a masked_fill_
     and is no fill_ (those read the number on the host); on a GPU the number is copied to the
-    device with a copy that waits. The rule of chapter 4's sync_points, for a CPU profile's
+    device with a copy that waits. The rule of the host-device-sync chapter's sync_points, for a
+    CPU profile's
     events."""
     found, filled = [], []
     for i, (name, start, end) in enumerate(ops):
@@ -141,7 +146,8 @@ def test_each_variant_synchronises_as_often_and_in_the_order_documented(variant)
     """A training step's operators that wait for the device on a GPU (nonzero, also inside
     boolean indexing and its backward; unique; the index assignment of a Python number), in a
     CPU profile: the host runs the same operators on a GPU. The order is the page's (unique
-    before the boolean masks), so that the first wait of a step moves as chapter 4 says."""
+    before the boolean masks), so that the first wait of a step moves as the host-device-sync
+    chapter says."""
     pred = torch.randn(2, 10, 8, 8, requires_grad=True)
     _, labels = segmentation.random_batch(2, size=8, seed=4)
     loss_fn = MaskedCrossEntropy(variant)
@@ -222,7 +228,8 @@ def _local_scalar_reads(f):
 
 
 def test_repeat_interleave_reads_twice_unless_told_its_output_size():
-    """Chapter 4 says repeat_interleave synchronises twice (the output size, the check for
+    """The host-device-sync chapter says repeat_interleave synchronises twice (the output size, the
+    check for
     negative repeats) and that output_size= skips both: a PyTorch that changed either would
     make the page's table and prose disagree."""
     x, repeats = torch.randn(10), torch.tensor([i % 3 for i in range(10)])
@@ -268,7 +275,8 @@ def test_the_a100_traces_hold_what_chapter_4_says_of_them():
 
 
 def test_an_mxnet_wait_sleeps_so_thread_time_leaves_it_out():
-    """Chapter 4 (MXNet) reads the Python thread's CPU time as its work alone: a wait for the
+    """The host-device-sync chapter (MXNet) reads the Python thread's CPU time as its work alone: a
+    wait for the
     engine must sleep, not spin, for that to hold."""
     import time
 
@@ -288,7 +296,8 @@ def test_an_mxnet_wait_sleeps_so_thread_time_leaves_it_out():
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_the_chapters_a100_cell_tables_every_sync_and_names_its_source(lang, monkeypatch):
-    """The shared cell of chapter 4 that reads the real A100 traces, run as either kernel
+    """The shared cell of the host-device-sync chapter that reads the real A100 traces, run as
+    either kernel
     runs it: a row for each of the 25 synchronisations, the source and licence of each trace
     printed and in the figure, and the values the prose cites."""
     import contextlib
@@ -342,7 +351,8 @@ def test_the_chapters_a100_cell_tables_every_sync_and_names_its_source(lang, mon
 
 
 def _page_code(framework, start, end=None):
-    """The source of chapter 4's (English) code cell of `framework` (None: shared) that has a
+    """The source of the host-device-sync chapter's (English) code cell of `framework` (None:
+    shared) that has a
     line starting with `start`, from that line to the line before `end` (default: the end)."""
     import sys
     from pathlib import Path
@@ -357,11 +367,11 @@ def _page_code(framework, start, end=None):
         if cell.kind == "code" and cell.framework == framework and found:
             code = cell.source[found.start():]
             return code if end is None else code[:code.index(end)]
-    raise AssertionError(f"no {framework} cell of chapter 4 has {start!r}")
+    raise AssertionError(f"no {framework} cell of the host-device-sync chapter has {start!r}")
 
 
 def _page_names(**names):
-    """A namespace for chapter 4's cells: d2l's pieces they use, and `names`."""
+    """A namespace for the host-device-sync chapter's cells: d2l's pieces they use, and `names`."""
     import math
     import statistics
     from types import SimpleNamespace
@@ -388,7 +398,8 @@ def _no_capture(monkeypatch):
 
 
 def test_the_pages_sync_points_find_the_assignments_that_copy_in_a_cpu_trace(tmp_path):
-    """Chapter 4's sync_points, run on a real CPU profile: an assignment of a Python number (or
+    """The host-device-sync chapter's sync_points, run on a real CPU profile: an assignment of a
+    Python number (or
     of a fresh torch.tensor) to one element is a copy_ of its own, which on a CUDA device is a
     blocking copy from the host (ATen's copy_to); through integer indices it is index_put_; to
     a slice or a row it is fill_, which reads the number on the host, and so is nothing; so is

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import shutil
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote, urlparse
+from urllib.parse import parse_qs, quote, urlparse
 
 import pytest
 
@@ -82,9 +83,6 @@ def _watched_page(context):
     page.errors = []
 
     def on_console(message):
-        # pydata-sphinx-theme logs this on a first visit (no saved light/dark mode).
-        if message.text == "Got invalid theme mode: . Resetting to auto.":
-            return
         if message.type == "error":
             page.errors.append(message.text)
 
@@ -536,3 +534,308 @@ def test_memory_page_shows_each_framework_its_own_counter(page, lang):
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert mx_counter.is_visible() and not counting.is_visible()
     assert page.errors == []
+
+
+# ---- What every page offers readers, search engines and link previews (issue #31, item 7) ----
+
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+#: The repository and the site's address, each set once in _config.yml.
+REPOSITORY = CONFIG["repository"]["url"].rstrip("/")
+SITE_ADDRESS = CONFIG.get("html", {}).get("baseurl", "").rstrip("/")
+#: Every page of an edition: the landing page, the chapters and the search page.
+PAGES = ["index.html", *[f"chapters/{name}.html" for name in CHAPTERS], "search.html"]
+CONTENT_PAGES = PAGES[:-1]
+VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+REPORT_TEXT = {"en": "Report a problem with this page", "zh": "报告本页的问题"}
+OG_LOCALE = {"en": "en_US", "zh": "zh_CN"}
+
+
+def _html(lang: str, path: str):
+    """The built page ``path`` of edition ``lang``, parsed."""
+    bs4 = pytest.importorskip("bs4", reason="the book tools need the full environment")
+    return bs4.BeautifulSoup((SITE / lang / path).read_text(encoding="utf-8"), "html.parser")
+
+
+def _address(lang: str, path: str) -> str:
+    return f"{SITE_ADDRESS}/{lang}/{path}"
+
+
+def _local(url: str) -> Path:
+    """The file of the built site that the site's address ``url`` serves."""
+    assert url.startswith(SITE_ADDRESS + "/"), url
+    return SITE / url[len(SITE_ADDRESS) + 1:]
+
+
+def _section_ids(lang: str, path: str) -> list[str]:
+    return [s["id"] for s in _html(lang, path).select("article section[id]")]
+
+
+@pytest.fixture
+def phone_or_desktop(browser, request):
+    """A watched page in a new context of the viewport ``request.param`` names."""
+    context = browser.new_context(viewport=VIEWPORTS[request.param],
+                                  is_mobile=request.param == "phone",
+                                  has_touch=request.param == "phone")
+    yield _watched_page(context)
+    context.close()
+
+
+def test_site_address_is_set_once():
+    assert SITE_ADDRESS.startswith("https://"), "html.baseurl in _config.yml"
+    assert REPOSITORY.startswith("https://github.com/")
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("path", PAGES)
+def test_every_page_links_a_prefilled_problem_report(site_url, lang, path):
+    """The footer of every page links a new issue in the repository, in the page's language,
+    its title naming the page and its text giving the page's address."""
+    page = _html(lang, path)
+    links = page.select("footer .book-report a")
+    assert len(links) == 1
+    assert links[0].get_text(strip=True) == REPORT_TEXT[lang]
+    url = urlparse(links[0]["href"])
+    assert f"{url.scheme}://{url.netloc}{url.path}" == f"{REPOSITORY}/issues/new"
+    query = parse_qs(url.query)
+    title = page.find("meta", property="og:title")["content"]
+    assert title and title in query["title"][0]
+    assert ("页面问题" in query["title"][0]) == (lang == "zh")
+    assert _address(lang, path) in query["body"][0]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("path", CONTENT_PAGES)
+def test_page_head_describes_the_page_and_links_its_editions(site_url, lang, path):
+    """Meta description (the first paragraph, without LaTeX or code), OpenGraph, canonical
+    address and hreflang alternates between the two editions."""
+    page = _html(lang, path)
+    head = page.head
+    description = head.find("meta", attrs={"name": "description"})["content"]
+    assert len(description) > 40
+    for mark in ("\\", "$", "`", "\0", "{", "}", ">>>"):
+        assert mark not in description, (mark, description)
+    words = description.rstrip("…").split()[:4] if lang == "en" else [description[:12]]
+    text = " ".join(page.select_one("article").get_text().split())
+    assert all(word in text for word in words), (words, description)
+
+    def og(name):
+        return head.find("meta", property=f"og:{name}")["content"]
+
+    assert og("description") == description
+    assert og("title") and og("title") in page.select_one("article h1").get_text()
+    assert og("type") == ("website" if path == "index.html" else "article")
+    assert og("locale") == OG_LOCALE[lang]
+    assert og("url") == _address(lang, path)
+    assert head.find("link", rel="canonical")["href"] == _address(lang, path)
+    alternates = {link["hreflang"]: link["href"] for link in
+                  head.find_all("link", rel="alternate", hreflang=True)}
+    assert alternates == {"en": _address("en", path), "zh-Hans": _address("zh", path),
+                          "x-default": _address("en", path)}
+    assert all(_local(url).is_file() for url in alternates.values())
+
+
+@pytest.mark.parametrize("name", ["index", *CHAPTERS])
+def test_both_editions_share_their_section_ids(site_url, name):
+    """Each Chinese section has the id of the English section at its place (not #id2...)."""
+    path = "index.html" if name == "index" else f"chapters/{name}.html"
+    en, zh = _section_ids("en", path), _section_ids("zh", path)
+    assert en and zh == en
+    assert not [i for i in zh if i.startswith("id") and i[2:].isdigit()]
+    # the page's own table of contents links them
+    toc = [a["href"] for a in _html("zh", path).select(".bd-toc a[href^='#']")]
+    assert (toc or name == "index") and all(href[1:] in en for href in toc), toc
+
+
+def _book_sections():
+    sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
+    import book_sections
+    return book_sections
+
+
+def test_editions_with_different_headings_stop_the_build_naming_the_heading():
+    sections = _book_sections()
+    H = sections.Heading
+    en = [H(0, "Memory", "memory"), H(1, "Counting", "counting"), H(1, "Summary", "summary")]
+    zh = [H(0, "内存", "id1"), H(1, "计数", "id2"), H(1, "小结", "id3")]
+    assert sections.shared_ids("chapters/memory", zh, en, "zh", "en") == [
+        "memory", "counting", "summary"]
+    with pytest.raises(sections.HeadingMismatch, match=r"chapters/memory.*'计数'.*'Counting'"):
+        sections.shared_ids("chapters/memory", [zh[0], H(2, "计数", "id2"), zh[2]], en,
+                            "zh", "en")
+    with pytest.raises(sections.HeadingMismatch, match=r"chapters/memory.*'小结'.*zh edition"):
+        sections.shared_ids("chapters/memory", [*zh, H(1, "小结", "id4")], en, "zh", "en")
+    with pytest.raises(sections.HeadingMismatch, match=r"'Summary' in the en edition"):
+        sections.shared_ids("chapters/memory", zh[:2], en, "zh", "en")
+
+
+def test_renamed_sections_keep_their_labels_and_references():
+    from docutils import nodes
+    from docutils.core import publish_doctree
+
+    sections = _book_sections()
+    document = publish_doctree(
+        ".. _sec-label:\n\n标题\n====\n\n见 `小节`_。\n\n小节\n----\n\n文字。\n",
+        settings_overrides={"doctitle_xform": False, "report_level": 5})
+    found, headings = sections.headings(document)
+    assert [h.level for h in headings] == [0, 1]
+    old = [h.id for h in headings]
+    sections.rename_sections(document, found, ["title", "part"])
+    assert found[0]["ids"][0] == "title" and "sec-label" in found[0]["ids"]
+    assert document.ids["part"] is found[1] and not set(old) & set(document.ids)
+    assert document.nameids["小节"] == "part" and document.nameids["sec-label"] == "sec-label"
+    refs = [node for node in document.findall(nodes.reference) if node.get("refid")]
+    assert [ref["refid"] for ref in refs] == ["part"]
+
+
+@pytest.mark.parametrize("phone_or_desktop", VIEWPORTS, indirect=True)
+@pytest.mark.parametrize("lang", LANGS)
+def test_language_switch_keeps_the_section(phone_or_desktop, site_url, lang):
+    """Switching language at a section lands on the same section of the other edition, also
+    after the reader moved to it within the page."""
+    page, other, name = phone_or_desktop, {"en": "zh", "zh": "en"}[lang], CHAPTERS[0]
+    path = f"chapters/{name}.html"
+    ids = _section_ids(lang, path)
+    page.goto(f"{site_url}/{lang}/{path}#{ids[2]}")
+    page.locator(".book-lang").click()
+    page.wait_for_url(f"{site_url}/{other}/{path}#{ids[2]}")
+    assert page.locator(f"section#{ids[2]}").count() == 1
+    page.evaluate(f"() => {{ location.hash = '#{ids[-1]}'; }}")  # moved within the page
+    page.locator(".book-lang").click()
+    page.wait_for_url(f"{site_url}/{lang}/{path}#{ids[-1]}")
+    assert page.locator(f"section#{ids[-1]}").count() == 1
+    assert page.errors == []
+
+
+@pytest.mark.parametrize("phone_or_desktop", VIEWPORTS, indirect=True)
+@pytest.mark.parametrize("lang", LANGS)
+def test_framework_bar_only_on_pages_with_code(phone_or_desktop, site_url, lang):
+    """The landing and search pages show the language switch and no framework tabs; a chapter
+    shows both. A first visit (no saved theme mode) logs no error: the theme's is gone."""
+    page = phone_or_desktop
+    for path in ("index.html", "search.html"):
+        page.goto(f"{site_url}/{lang}/{path}")
+        page.wait_for_load_state("load")
+        assert page.locator(".book-bar .book-lang").is_visible()
+        assert page.locator(".fw-tabs, .fw-tab").count() == 0
+    page.goto(f"{site_url}/{lang}/chapters/{CHAPTERS[0]}.html")
+    page.wait_for_load_state("load")
+    assert sum(_visible(page, ".book-bar .fw-tab")) == 2
+    assert page.errors == []
+
+
+@pytest.mark.parametrize("phone_or_desktop", VIEWPORTS, indirect=True)
+@pytest.mark.parametrize("lang", LANGS)
+def test_problem_report_link_shows_in_the_page_language(phone_or_desktop, site_url, lang):
+    page = phone_or_desktop
+    page.goto(f"{site_url}/{lang}/chapters/{CHAPTERS[-1]}.html")
+    link = page.locator(".book-report a")
+    link.scroll_into_view_if_needed()
+    assert link.is_visible() and link.inner_text() == REPORT_TEXT[lang]
+    box = link.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= VIEWPORTS[
+        "phone" if page.viewport_size["width"] < 500 else "desktop"]["width"]
+    assert link.get_attribute("href").startswith(f"{REPOSITORY}/issues/new?title=")
+    assert page.errors == []
+
+
+#: Words found both in the chapters' prose and in their code cells or formulas.
+SNIPPET_SEARCHES = {"en": ["import", "alpha", "barrier"], "zh": ["import", "alpha", "屏障"]}
+
+
+@pytest.mark.parametrize("phone_or_desktop", VIEWPORTS, indirect=True)
+@pytest.mark.parametrize("lang", LANGS)
+def test_search_snippets_show_no_latex_or_code(phone_or_desktop, site_url, lang):
+    page = phone_or_desktop
+    for term in SNIPPET_SEARCHES[lang]:
+        page.goto(f"{site_url}/{lang}/search.html?q={quote(term)}")
+        page.wait_for_function(
+            "() => /[0-9]/.test(document.querySelector('#search-results p.search-summary')"
+            "?.textContent ?? '')", timeout=20_000)  # the search finished
+        hits = page.locator("#search-results ul.search li")
+        count = hits.count()
+        assert count > 0, term
+        page.wait_for_function(  # every hit's snippet fetched
+            f"() => document.querySelectorAll('#search-results li p.context').length >= {count}",
+            timeout=20_000)
+        for snippet in page.locator("#search-results li p.context").all_inner_texts():
+            for code in ("\\", "import torch", "from d2l_ext import", "$$", ">>>",
+                         "kernelName", "requestKernel", ".ipynb", ".pdf"):
+                assert code not in snippet, (term, code, snippet)
+    assert page.errors == []
+
+
+def test_search_index_holds_no_latex(site_url):
+    """Formulas are not indexed: a search for a LaTeX command finds no page."""
+    for lang in LANGS:
+        index = (SITE / lang / "searchindex.js").read_text(encoding="utf-8")
+        terms = json.loads(index[index.index("(") + 1:index.rindex(")")])["terms"]
+        assert terms.get("fraction")  # in the prose
+        for command in ("frac", "mathrm", "cdot", "approx"):
+            assert not terms.get(command), (lang, command)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_no_empty_index_page(site_url, lang):
+    """No general index page (Sphinx's would be empty) and nothing links one; the edition's
+    landing page has prose and links every chapter; the site's root offers both editions."""
+    assert not (SITE / lang / "genindex.html").exists()
+    for path in PAGES:
+        assert "genindex" not in (SITE / lang / path).read_text(encoding="utf-8"), path
+    landing = _html(lang, "index.html").select_one("article")
+    prose = [p.get_text(strip=True) for p in landing.find_all("p")]
+    assert len(prose) >= 2 and sum(len(p) for p in prose) > 200
+    linked = {Path(a["href"]).stem for a in landing.select("a[href^='chapters/']")}
+    assert linked >= set(CHAPTERS)
+    choice = (SITE / "index.html").read_text(encoding="utf-8")
+    assert 'href="en/index.html"' in choice and 'href="zh/index.html"' in choice
+
+
+def _sphinx_page(tmp_path: Path, lang: str, text: str, ids: Path) -> None:
+    """Build a one-page Sphinx project in edition ``lang`` with the shared section ids."""
+    from sphinx.application import Sphinx
+
+    src = tmp_path / lang
+    src.mkdir(parents=True)
+    (src / "index.rst").write_text(text, encoding="utf-8")
+    (src / "conf.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT / 'tools' / 'sphinx_ext')!r})\n"
+        "extensions = ['book_sections']\n"
+        f"book_section_ids_{'write' if lang == 'en' else 'read'} = {str(ids)!r}\n"
+        "def setup(app):\n"
+        f"    app.add_config_value('book_lang', {lang!r}, 'env')\n"
+        "    app.add_config_value('book_other_lang', 'en', 'env')\n", encoding="utf-8")
+    Sphinx(str(src), str(src), str(tmp_path / "out" / lang), str(tmp_path / "dt" / lang),
+           "html", status=None, warning=None, freshenv=True).build()
+
+
+def test_a_build_whose_editions_differ_in_headings_stops(tmp_path):
+    """A real Sphinx build: the Chinese page takes the English section ids, and stops, naming
+    page and heading, when a heading's level differs."""
+    ids = tmp_path / "section-ids.json"
+    _sphinx_page(tmp_path, "en", "Memory\n======\n\nCounting\n--------\n\nText.\n", ids)
+    _sphinx_page(tmp_path, "zh", "内存\n====\n\n计数\n----\n\n文字。\n", ids)
+    assert 'id="counting"' in (tmp_path / "out" / "zh" / "index.html").read_text("utf-8")
+    sections = _book_sections()
+    with pytest.raises(sections.HeadingMismatch, match=r"index: heading 2 is '计数' at level 1"):
+        _sphinx_page(tmp_path / "again", "zh", "内存\n====\n\n计数\n====\n\n文字。\n", ids)
+
+
+def test_description_is_plain_text_of_the_first_paragraph():
+    """Whole sentences of the first paragraph of running text, without formulas or code:
+    a sentence with either ends the description (the first one loses them instead)."""
+    from docutils.core import publish_doctree
+
+    sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
+    import book_meta
+
+    def described(rst: str) -> str:
+        return book_meta.description(publish_doctree(
+            rst, settings_overrides={"doctitle_xform": False, "report_level": 5}))
+
+    text = described("T\n=\n\n.. note:: A note.\n\nCalls such as ``x.item()`` wait. They "
+                     "cost time. The cost is :math:`\\alpha + n/\\beta`. More.\n")
+    assert text == "Calls such as wait. They cost time."
+    long = described("T\n=\n\n" + "Word " * 60 + "end. Next sentence.\n")
+    assert long.endswith("…") and book_meta.width(long) <= book_meta.DESCRIPTION_WIDTH + 1
+    assert described("标题\n====\n\n第一句。第二句，带公式 :math:`x^2`。\n") == "第一句。"

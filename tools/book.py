@@ -3,9 +3,11 @@
     python tools/book.py execute [--smoke] [--framework F] [CHAPTER ...]
     python tools/book.py build        merge the executed notebooks and build both editions
     python tools/book.py check        are the executed notebooks up to date?
-    python tools/book.py refill [--framework F] CHAPTER ...
-                                      after a change of prose only: rewrite the notebooks'
-                                      prose, keeping the outputs of their run
+    python tools/book.py refill [--framework F] [CHAPTER ...]
+                                      after a change of prose only: re-render the notebooks
+                                      (prose as plain Jupyter markdown, run-time cell,
+                                      metadata) from the sources, keeping the outputs of
+                                      their run; no names: every chapter
     python tools/book.py validate [--budget SECONDS] [--nbval] [--benchmarks] [CHAPTER ...]
                                       on a GPU: execute the PyTorch notebooks whose GPU outputs
                                       are missing or oldest first, as many as fit the budget
@@ -38,9 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--framework", choices=FRAMEWORKS)
     sub.add_parser("build", help="build the website into _build/site")
     sub.add_parser("check", help="fail if an executed notebook is missing or stale")
-    re_ = sub.add_parser("refill", help="after a change of prose only: rewrite the executed "
-                                        "notebooks' prose, keeping their outputs")
-    re_.add_argument("chapters", nargs="+", help="chapter names")
+    re_ = sub.add_parser("refill", help="after a change of prose only: re-render the executed "
+                                        "notebooks from the sources, keeping their outputs")
+    re_.add_argument("chapters", nargs="*", help="chapter names (default: all)")
     re_.add_argument("--framework", choices=FRAMEWORKS)
     va = sub.add_parser("validate", help="GPU validation (tools/gpu_validate.sh calls this)")
     va.add_argument("chapters", nargs="*", help="chapter names (default: every chapter, "

@@ -162,7 +162,7 @@ def timeline(t: dict) -> str:
     return svg(660, 180, "\n".join(body))
 
 
-# ---- chapter 6 (communication): the ring's two phases, a parameter server, bucketed overlap
+# ---- the communication chapter: the ring's two phases, a parameter server, bucketed overlap
 TEXT["en"].update({
     "ring_start": "start", "ring_rs": "reduce-scatter", "ring_ag": "all-gather",
     "ring_count": "n: the chunk holds the sum of n GPUs' data",
@@ -317,7 +317,7 @@ def bucket_overlap(t: dict) -> str:
     return svg(880, 315, "\n".join(body))
 
 
-# ---- chapter 7 (memory): what one FSDP2 process holds at each moment of a step
+# ---- the memory chapter: what one FSDP2 process holds at each moment of a step
 TEXT["en"].update({
     "fsdp_title": "What one of 8 FSDP2 processes holds: 4 equal units, bfloat16 compute "
                   "(activations and temporaries aside)",
@@ -379,7 +379,7 @@ def fsdp_moments(t: dict) -> str:
     return svg(1000, 292, "\n".join(body))
 
 
-# ---- chapter 7 (memory): what each of 4 data-parallel processes holds under DDP and ZeRO-1/2/3
+# ---- the memory chapter: what each of 4 data-parallel processes holds under DDP and ZeRO-1/2/3
 TEXT["en"].update({
     "zero_title": "What each of 4 data-parallel processes holds (float32 weights, gradients, "
                   "Adam: 4 + 4 + 8 bytes per parameter)",

@@ -105,13 +105,20 @@
     return a;
   }
 
+  // Pages without framework-specific content (the landing page, search) get no tab bar.
+  function hasFrameworks() {
+    return document.querySelector(".fw-group") !== null;
+  }
+
   function buildBar() {
     const bar = document.createElement("div");
     bar.className = "book-bar";
-    const label = document.createElement("span");
-    label.textContent = TEXT.framework;
-    bar.appendChild(label);
-    bar.appendChild(tabBar());
+    if (hasFrameworks()) {
+      const label = document.createElement("span");
+      label.textContent = TEXT.framework;
+      bar.appendChild(label);
+      bar.appendChild(tabBar());
+    }
     for (const fw of FRAMEWORKS) {
       const launch = meta(`${fw}-launch`);
       if (!launch) continue;
@@ -124,12 +131,45 @@
       bar.appendChild(d);
     }
     const other = meta("other-lang-url");
-    if (other) bar.appendChild(link(other, TEXT.other, "book-lang"));
+    if (other) bar.appendChild(languageSwitch(other));
     const article = document.querySelector("article.bd-article") || document.querySelector("main");
     if (article) article.insertBefore(bar, article.firstChild);
   }
 
+  // The same page in the other edition, at the same section: both editions share their
+  // section ids (book_sections.py), so the switch keeps the #anchor.
+  function languageSwitch(other) {
+    const a = link(other, TEXT.other, "book-lang");
+    a.hreflang = lang === "en" ? "zh-Hans" : "en";
+    const follow = () => { a.href = other + location.hash; };
+    follow();
+    window.addEventListener("hashchange", follow);
+    a.addEventListener("click", follow);  // (before the browser follows it)
+    return a;
+  }
+
+  // Search results: the snippet under each hit is taken from the page's article (not the
+  // theme's buttons and print-only table of contents), without its formulas (LaTeX source
+  // before MathJax runs), code cells and outputs (searchtools.js's Search.htmlToText).
+  const NOT_IN_SNIPPETS = [".math", "div.cell", "div.highlight", "pre", ".cell_output",
+    "mjx-container", "script", "style", ".headerlink"].join(", ");
+
+  function snippetsWithoutCode() {
+    if (typeof Search === "undefined" || !Search.htmlToText || Search.bookPatched) return;
+    const htmlToText = Search.htmlToText;
+    Search.htmlToText = (htmlString, anchor) => {
+      const doc = new DOMParser().parseFromString(htmlString, "text/html");
+      const main = doc.querySelector('[role="main"]');
+      const article = main && main.querySelector("article");
+      if (article) main.replaceChildren(article);
+      doc.querySelectorAll(NOT_IN_SNIPPETS).forEach((el) => el.replaceWith(" "));
+      return htmlToText(doc.documentElement.outerHTML, anchor);
+    };
+    Search.bookPatched = true;
+  }
+
   function init() {
+    snippetsWithoutCode();
     try { localStorage.setItem("book-lang", lang); } catch (e) { /* storage blocked */ }
     buildGroups();
     buildBar();

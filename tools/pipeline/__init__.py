@@ -10,6 +10,8 @@ One module per stage, in the order the data flows::
     site.py       the pages of each language     -> _build/site/{en,zh} (Jupyter Book)
 
 ``config.py`` holds the paths and settings every stage shares, ``runinfo.py`` the
-machine record of a run and the note each page shows, ``validate.py`` the GPU validation
-(execute, nbval, benchmarks). ``tools/book.py`` is the command line.
+machine record of a run and the note each page shows, ``plain.py`` the notebooks' MyST
+prose rewritten as plain Jupyter markdown (what Colab and Studio Lab render; the pages keep
+the MyST of the sources), ``validate.py`` the GPU validation (execute, nbval, benchmarks).
+``tools/book.py`` is the command line.
 """

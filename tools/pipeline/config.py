@@ -38,6 +38,16 @@ def repository() -> tuple[str, str]:
     return url.split("github.com/", 1)[1], repo.get("branch", "main")
 
 
+def site_url(lang: str | None = None) -> str:
+    """The address of the published site (``html.baseurl`` in ``_config.yml``), ending in
+    ``/``; with ``lang``, the address of that edition (``<site>/LANG/``)."""
+    base = book_config().get("html", {}).get("baseurl")
+    if not base:
+        raise BookError("_config.yml sets no html.baseurl (the published site's address)")
+    base = base.rstrip("/") + "/"
+    return f"{base}{lang}/" if lang else base
+
+
 def shown(path: Path) -> str:
     """A path as messages show it: relative to the repository where it is inside it."""
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)

@@ -31,11 +31,18 @@ import nbformat
 
 from d2l_ext import gpu_runs
 from d2l_ext.i18n import cell_key, recorded
-from pipeline import config
+from pipeline import config, plain
 from pipeline.config import RUN_LANGUAGE, BookError, shown
-from pipeline.notebooks import code_version, notebook_path, placeholders, split, title_index
+from pipeline.notebooks import (
+    code_version,
+    notebook_path,
+    placeholders,
+    run_time_cell,
+    split,
+    title_index,
+)
 from pipeline.runinfo import probe, run_note
-from pipeline.sources import chapter_names, check_same_code, editions, fill
+from pipeline.sources import chapter_names, check_same_code, editions, fill, split_title
 
 #: Scratch space of the runs: the kernels' working and runtime directories.
 SCRATCH = config.BUILD / "run"
@@ -311,25 +318,45 @@ def localized(cell: nbformat.NotebookNode, lang: str,
     return cell
 
 
+def _title_apart(book: nbformat.NotebookNode) -> None:
+    """Give the title a cell of its own, the rest of its cell (the opening prose) the next
+    one, so that the run note goes right under the title."""
+    at = title_index(book)
+    title, rest = split_title(book.cells[at].source)
+    if rest:
+        opening = nbformat.v4.new_markdown_cell(rest)
+        opening.id = f"{book.cells[at].id}-opening"
+        opening.metadata = copy.deepcopy(book.cells[at].metadata)
+        book.cells[at].source = title
+        book.cells.insert(at + 1, opening)
+
+
 def _filled(book: nbformat.NotebookNode, executed: list[nbformat.NotebookNode], run: dict,
             values: dict, language_info: dict, lang: str) -> nbformat.NotebookNode:
     """``book`` (a split notebook) with the outputs of the ``executed`` code cells, its prose
-    filled with ``values`` and the run note in ``lang`` under the title."""
+    filled with ``values`` and rewritten as plain Jupyter markdown (:mod:`pipeline.plain`:
+    what Colab and Studio Lab render), the run note in ``lang`` under the title, and first
+    of all a cell with the notebook's run time (:func:`run_time_cell`)."""
     code = [c for c in book.cells if c.cell_type == "code"]
     for mine, theirs in zip(code, executed, strict=True):
         mine.outputs = copy.deepcopy(theirs.outputs)
         mine.execution_count = theirs.execution_count
         if "execution" in theirs.metadata:  # nbclient's timestamps of the cell's run
             mine.metadata["execution"] = copy.deepcopy(theirs.metadata["execution"])
+    _title_apart(book)
+    prose = plain.context(lang)
     for cell in book.cells:
         if cell.cell_type == "markdown":
-            cell.source = fill(cell.source, values)
+            cell.source = plain.plain(fill(cell.source, values), prose)
     book.metadata["language_info"] = copy.deepcopy(language_info)
     book.metadata["d2l_ext"].update(run=run, values=values)
     note = nbformat.v4.new_markdown_cell(run_note(run, lang))
     note.id = "run-note"
     note.metadata["d2l_ext"] = {"role": "run-note"}
     book.cells.insert(title_index(book) + 1, note)
+    meta = book.metadata["d2l_ext"]
+    book.cells.insert(0, run_time_cell(code, run, meta["framework"], lang,
+                                       Path(meta["source"]).stem))
     return book
 
 

@@ -2,19 +2,25 @@
 
 The notebook of one framework keeps the shared cells, its own cells and its own
 framework blocks (without their fences), and starts with a cell that installs d2l_ext
-where it is missing (Colab, SageMaker Studio Lab). Its ``code_hash`` tells whether a
-committed, executed notebook still matches its source (:func:`stale`).
+where it is missing (Colab, SageMaker Studio Lab); the PyTorch one asks Colab for a GPU
+(:data:`COLAB_GPU`). Once executed, it also starts with a cell that says its run time
+(:func:`run_time_cell`), and its prose is plain markdown (``plain.py``). Its
+``code_hash`` tells whether a committed, executed notebook still matches its source
+(:func:`stale`).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
 
-from pipeline import config
+from d2l_ext import gpu_runs
+from pipeline import config, runinfo
 from pipeline.config import FRAMEWORKS, BookError, repository, shown
 from pipeline.sources import PLACEHOLDER, Chapter, chapters, check_values, prose_for
 
@@ -45,12 +51,23 @@ def install_cell(framework: str, lang: str) -> nbformat.NotebookNode:
     return cell
 
 
+#: What Colab stores in a notebook saved with a GPU runtime (Runtime > Change runtime type >
+#: T4 GPU), so that it opens on one: ``accelerator`` at the top and the GPU's type under
+#: ``colab``, as notebooks saved by Colab hold them (its 2022-23 key ``"gpuClass":
+#: "standard"`` it no longer writes).
+#: ``toc_visible`` opens Colab's table of contents, for a long chapter.
+COLAB_GPU = {"accelerator": "GPU",
+             "colab": {"provenance": [], "gpuType": "T4", "toc_visible": True}}
+
+
 def split(chapter: Chapter, framework: str) -> nbformat.NotebookNode:
-    """The unexecuted notebook of one framework."""
+    """The unexecuted notebook of one framework (the PyTorch one asks Colab for a GPU)."""
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
+    if framework == "torch":
+        nb.metadata.update(copy.deepcopy(COLAB_GPU))
     title_done = False
     for index, cell in enumerate(chapter.cells):
         if cell.framework not in (None, framework):
@@ -77,6 +94,90 @@ def split(chapter: Chapter, framework: str) -> nbformat.NotebookNode:
     nb.metadata["d2l_ext"] = {"source": f"chapters/{chapter.lang}/{chapter.name}.md",
                               "framework": framework, "code_hash": code_hash(nb)}
     return nb
+
+
+#: The first cell of every notebook: its run time on a CPU and on a free T4 GPU.
+RUN_TIME = {"en": "**Run time.** On a CPU: {cpu}. On {gpu}: {t4}.",
+            "zh": "**运行时间**。CPU：{cpu}。{gpu}：{t4}。"}
+FREE_GPU = {"torch": {"en": "a free Colab T4 GPU (this notebook asks Colab for a GPU runtime)",
+                      "zh": "Colab 免费的 T4 GPU（本笔记本会向 Colab 申请 GPU 运行时）"},
+            "mxnet": {"en": "a free SageMaker Studio Lab GPU (a T4)",
+                      "zh": "SageMaker Studio Lab 免费的 T4 GPU"}}
+MEASURED = {"en": "{duration}, measured in {which} ({machine}, {date}; from the first cell to "
+                  "the last, without the kernel's start or the installation)",
+            "zh": "{duration}，按{which}各单元格的时间计算，从第一个单元格到最后一个，"
+                  "不含启动笔记本和安装的时间；机器：{machine}，{date}"}
+THIS_RUN = {"en": "the run whose outputs this notebook shows", "zh": "生成本笔记本输出的那次运行"}
+GPU_RECORD = {"en": "the book's GPU run", "zh": "本书在 GPU 上的那次运行"}
+NOT_RECORDED = {"en": {"gpu": "not recorded (this notebook's outputs come from a GPU run)",
+                       "smoke": "not recorded (this notebook's outputs come from a reduced "
+                                "smoke-size run)",
+                       "none": "not recorded (the run kept no cell times)"},
+                "zh": {"gpu": "未记录（本笔记本的输出来自 GPU 上的运行）",
+                       "smoke": "未记录（本笔记本的输出来自缩小规模的冒烟测试运行）",
+                       "none": "未记录（这次运行没有保存各单元格的时间）"}}
+NOT_MEASURED = {"en": "not measured yet", "zh": "尚未实测"}
+
+
+def run_time_cell(cells: list[nbformat.NotebookNode], run: dict, framework: str, lang: str,
+                  chapter: str) -> nbformat.NotebookNode:
+    """The notebook's first cell: how long it runs on a CPU, as the run whose outputs it holds
+    measured it (its cells' own timestamps), and on a free T4 GPU, from a full-size run on a
+    T4 (this one, or the chapter's GPU record) where one exists: "not recorded" / "not
+    measured yet" otherwise, never a guess."""
+    seconds = run_seconds(cells, run)
+    full = run.get("size") == "full" and seconds is not None
+
+    def measured(duration: float, which: str, machine: str, date: str) -> str:
+        return MEASURED[lang].format(duration=_duration(duration, lang), which=which,
+                                     machine=machine, date=date)
+
+    if full and not run.get("gpus"):
+        cpu = measured(seconds, THIS_RUN[lang], runinfo.machine_name(run, lang), run["date"])
+    else:
+        reason = ("gpu" if run.get("gpus") else "smoke" if run.get("size") == "smoke"
+                  else "none")
+        cpu = NOT_RECORDED[lang][reason]
+    t4 = NOT_MEASURED[lang]
+    record = gpu_runs.load(chapter) if framework == "torch" else None
+    if full and run.get("gpus") and "T4" in str(run.get("gpu", "")):
+        t4 = measured(seconds, THIS_RUN[lang], runinfo.machine_name(run, lang), run["date"])
+    elif record is not None and "T4" in str(record.run.get("gpu", "")) \
+            and record.run.get("seconds") and record.run.get("size") == "full":
+        t4 = measured(record.run["seconds"], GPU_RECORD[lang],
+                      runinfo.machine_name(record.run, lang), record.run["date"])
+    cell = nbformat.v4.new_markdown_cell(
+        RUN_TIME[lang].format(cpu=cpu, gpu=FREE_GPU[framework][lang], t4=t4))
+    cell.id = "run-time"
+    cell.metadata["d2l_ext"] = {"role": "run-time"}
+    return cell
+
+
+def run_seconds(cells: list[nbformat.NotebookNode], run: dict) -> float | None:
+    """The seconds from the first executed cell's start to the last one's end, from the
+    timestamps nbclient keeps in each cell (``metadata.execution``); else the duration the
+    run recorded (``run["seconds"]``); else ``None``."""
+    starts, ends = [], []
+    for cell in cells:
+        stamps = cell.get("metadata", {}).get("execution", {})
+        if "iopub.status.busy" in stamps and "iopub.status.idle" in stamps:
+            starts.append(datetime.fromisoformat(stamps["iopub.status.busy"]))
+            ends.append(datetime.fromisoformat(stamps["iopub.status.idle"]))
+    if starts:
+        return (max(ends) - min(starts)).total_seconds()
+    return run.get("seconds")
+
+
+def _duration(seconds: float, lang: str) -> str:
+    """``about 22 minutes`` (``约 22 分钟``), as a run-time note says it."""
+    if seconds < 60:
+        return "不到 1 分钟" if lang == "zh" else "under a minute"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"约 {minutes} 分钟" if lang == "zh" else \
+            f"about {minutes} minute{'s' if minutes > 1 else ''}"
+    hours, minutes = divmod(minutes, 60)
+    return f"约 {hours} 小时 {minutes} 分钟" if lang == "zh" else f"about {hours} h {minutes} min"
 
 
 def cell_id(source_index: int) -> str:

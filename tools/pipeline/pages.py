@@ -16,7 +16,7 @@ import nbformat
 from pipeline.config import FRAMEWORKS, BookError
 from pipeline.notebooks import notebook_path
 from pipeline.runinfo import run_note
-from pipeline.sources import FRAMEWORK_BLOCK, PLACEHOLDER, Chapter, fill
+from pipeline.sources import FRAMEWORK_BLOCK, PLACEHOLDER, Chapter, fill, split_title
 
 
 def _container(framework: str, text: str) -> str:
@@ -50,13 +50,16 @@ def merge(chapter: Chapter) -> nbformat.NotebookNode:
             if PLACEHOLDER.search(text):
                 raise BookError(f"{chapter.path}: a {{{{value}}}} outside a framework block: "
                                 "values differ per framework, so cite them inside one")
-            page.cells.append(nbformat.v4.new_markdown_cell(text))
             if not title_done and re.search(r"^# ", cell.source, re.M):
+                title, text = split_title(text)  # the run note goes right under the title
                 notes = "\n\n".join(
                     _container(fw, run_note(runs[fw].metadata["d2l_ext"]["run"], chapter.lang))
                     for fw in FRAMEWORKS)
-                page.cells.append(nbformat.v4.new_markdown_cell(notes))
+                page.cells += [nbformat.v4.new_markdown_cell(title),
+                               nbformat.v4.new_markdown_cell(notes)]
                 title_done = True
+            if text:
+                page.cells.append(nbformat.v4.new_markdown_cell(text))
             continue
         if cell.framework is None and _same_outputs(*(by_index[fw][index] for fw in FRAMEWORKS)):
             shared = copy.deepcopy(by_index[FRAMEWORKS[0]][index])

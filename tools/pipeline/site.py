@@ -9,6 +9,7 @@ Chinese search needs a word segmenter: Sphinx uses ``jieba`` when it is installe
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,9 @@ from pipeline.pages import merge
 from pipeline.sources import chapters
 
 MATHJAX_BUNDLE = "tex-chtml.js"  # the one bundle sphinx-mathjax-offline's pages load
+#: The edition whose section ids the other takes (built first); where it records them.
+REFERENCE_LANGUAGE = "en"
+SECTION_IDS = config.BUILD / "jb" / "section-ids.json"
 
 
 def write_edition(lang: str) -> Path:
@@ -45,6 +49,13 @@ def write_edition(lang: str) -> Path:
     sphinx["config"]["book_lang"] = lang
     sphinx["config"]["book_other_lang"] = LANGUAGES[lang]["other"]
     sphinx["config"]["book_root"] = str(config.ROOT)
+    site_url = html.pop("baseurl", "")
+    sphinx["config"]["book_site_url"] = site_url
+    if site_url:  # each edition's pages live under LANG/
+        html["baseurl"] = f"{site_url.rstrip('/')}/{lang}/"
+    ids = str(SECTION_IDS)  # the reference edition writes its section ids, the other reads
+    sphinx["config"]["book_section_ids_write" if lang == REFERENCE_LANGUAGE
+                     else "book_section_ids_read"] = ids
     sphinx["config"]["html_static_path"] = [str(config.STATIC)]
     sphinx.setdefault("local_extensions", {})["book_ext"] = str(config.SPHINX_EXT)
     (src / "_config.yml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
@@ -82,15 +93,19 @@ def build() -> Path:
     if site.exists():
         shutil.rmtree(site)
     site.mkdir(parents=True)
-    for lang in LANGUAGES:
+    SECTION_IDS.unlink(missing_ok=True)
+    for lang in sorted(LANGUAGES, key=lambda lang: lang != REFERENCE_LANGUAGE):
         src = write_edition(lang)
         out = config.BUILD / "jb" / lang
+        shutil.rmtree(out, ignore_errors=True)  # no page of an earlier build survives
         cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(src), "--all",
                "-n", "-W", "--keep-going", "--path-output", str(out)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             sys.stderr.write(done.stdout[-6000:] + done.stderr[-6000:])
-            raise BookError(f"the {lang} edition did not build cleanly (see above)")
+            mismatch = re.search(r"HeadingMismatch: (.*)", done.stdout + done.stderr)
+            raise BookError(f"the {lang} edition did not build cleanly"
+                            + (f": {mismatch.group(1)}" if mismatch else " (see above)"))
         shutil.copytree(out / "_build" / "html", site / lang)
         prune_mathjax(site / lang / "_static")
         for chapter in chapters(lang):

@@ -110,6 +110,15 @@ def prose_for(markdown: str, framework: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", FRAMEWORK_BLOCK.sub(keep, markdown)).strip("\n")
 
 
+def split_title(markdown: str) -> tuple[str, str]:
+    """A chapter's first prose as (everything up to and with its ``# Title`` line, the rest):
+    the run note goes between the two, right under the title. No title: (all of it, "")."""
+    title = re.search(r"^# .*$", markdown, re.M)
+    if title is None:
+        return markdown, ""
+    return markdown[:title.end()], markdown[title.end():].strip("\n")
+
+
 def fill(text: str, values: dict[str, str]) -> str:
     """Replace every ``{{expression}}`` by its value from the run."""
     return PLACEHOLDER.sub(lambda m: values[m.group(0)], text)

@@ -1,5 +1,8 @@
 """Sphinx extension of the book: framework tabs, language switch, notebook links, search.
 
+Its parts: ``book_sections`` (section ids shared by both editions) and ``book_meta`` (meta
+description, OpenGraph, hreflang, the footer's "report a problem" link).
+
 It tells each page, in ``<meta name="book-...">`` tags, where the same page is in
 the other language and where its notebooks are; ``book.js`` builds the interface.
 It also makes the Chinese edition's search find in-text terms (:class:`ChineseSearch`).
@@ -10,6 +13,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import book_meta
+import book_runtimes
+import book_sections
+from docutils import nodes
 from sphinx import search
 from sphinx.search.zh import SearchChinese
 
@@ -83,11 +90,59 @@ def _page_context(app, pagename: str, templatename: str, context: dict, doctree)
                 seen.add(key)
                 unique.append(js)
         context["script_files"] = unique
+    # pydata-sphinx-theme reads its light/dark mode from the template's ``default_mode``;
+    # left empty, its script logs "Got invalid theme mode" as an error on a first visit.
+    context["default_mode"] = context.get("default_mode") or "auto"
     tags = "".join(f'<meta name="book-{k}" content="{v}">\n' for k, v in meta.items())
     context["metatags"] = context.get("metatags", "") + tags
 
 
+FRAMEWORK_NAMES = {"torch": "PyTorch", "mxnet": "MXNet"}
+NOTEBOOK_TIP = {"en": "{} notebook", "zh": "{} 笔记本"}
+
+
+def _download_notebooks_only(app, pagename: str, templatename: str, context: dict,
+                             doctree) -> None:
+    """The header's download menu offers the page's per-framework notebooks (as the book bar
+    does), not the page's source: an interleaved two-framework notebook that cannot run top
+    to bottom. Runs after sphinx-book-theme has made the menu (priority 501)."""
+    cfg = app.config
+    up = "../" * pagename.count("/")
+    name = pagename.rsplit("/", 1)[-1]
+    notebooks = [{"type": "link", "url": f"{up}notebooks/{fw}/{name}.ipynb",
+                  "text": f"{FRAMEWORK_NAMES[fw]} .ipynb", "icon": "fas fa-code",
+                  "tooltip": NOTEBOOK_TIP.get(cfg.book_lang, "{}").format(FRAMEWORK_NAMES[fw]),
+                  "label": f"download-{fw}-notebook-button"}
+                 for fw in FRAMEWORKS
+                 if (Path(cfg.book_root) / f"notebooks/{cfg.book_lang}/{fw}/{name}.ipynb").exists()]
+    for group in context.get("header_buttons", []):
+        if group.get("label") == "download-buttons":
+            group["buttons"] = notebooks + [
+                b for b in group["buttons"]
+                if b.get("label") not in ("download-notebook-button", "download-source-button")]
+
+
+def _index_without_formulas(app) -> None:
+    """Search finds the words of the text, not of LaTeX sources: each page is indexed
+    without its formulas (else ``\\frac`` makes every page with a fraction match "frac")."""
+    if not hasattr(app.builder, "index_page"):
+        return
+    index_page = app.builder.index_page
+
+    def index_page_without_formulas(pagename: str, doctree, title: str) -> None:
+        copy = doctree.deepcopy()
+        for formula in list(copy.findall(lambda n: isinstance(n, (nodes.math,
+                                                                      nodes.math_block)))):
+            formula.parent.remove(formula)
+        index_page(pagename, copy, title)
+
+    app.builder.index_page = index_page_without_formulas
+
+
 def setup(app):
+    book_sections.setup(app)
+    book_meta.setup(app)
+    book_runtimes.setup(app)
     search.languages["zh"] = ChineseSearch
     app.add_config_value("book_lang", "en", "html")
     app.add_config_value("book_other_lang", "zh", "html")
@@ -95,4 +150,6 @@ def setup(app):
     app.add_js_file("book.js")
     app.add_css_file("book.css")
     app.connect("html-page-context", _page_context)
+    app.connect("builder-inited", _index_without_formulas)
+    app.connect("html-page-context", _download_notebooks_only, priority=502)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

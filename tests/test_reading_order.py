@@ -1,0 +1,148 @@
+"""The book's reading order and its landing page: no chapter relies on a later one, and the
+landing page (chapters/LANG/index.md) lists every chapter in the order of ``_toc.yml``, with
+the run times that the committed notebooks recorded."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat", reason="the book tools need the full environment")
+yaml = pytest.importorskip("yaml", reason="the book tools need the full environment")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from pipeline import config, sources  # noqa: E402
+from pipeline.config import FRAMEWORK_NAMES, FRAMEWORKS  # noqa: E402
+from pipeline.notebooks import _duration, run_seconds  # noqa: E402
+
+LANGS = ("en", "zh")
+
+#: What each chapter takes from earlier ones, as its own text says (with a {ref} to them):
+#: the order of _toc.yml must put every chapter named here before the one that relies on it.
+RELIES_ON = {
+    "gpu-basics": {"async-computation": "asynchronous execution, a barrier before the clock"},
+    "multi-gpu-concise": {"async-computation": "an idle GPU waiting for its host",
+                          "gpu-basics": "data parallelism from its primitives"},
+    "tuning-tips": {"async-computation": "the timing rules and the cost model",
+                    "gpu-basics": "the roofline",
+                    "multi-gpu-concise": "the ResNet-18 training it speeds up"},
+    "host-device-sync": {"async-computation": "queued work and the cost model",
+                         "tuning-tips": "torch.compile and the speed ladder"},
+    "communication": {"multi-gpu-concise": "data-parallel training, torchrun"},
+    "memory": {"multi-gpu-concise": "data-parallel training",
+               "tuning-tips": "autocast, CUDA graphs",
+               "host-device-sync": "cudaFree synchronises the device",
+               "communication": "processes started and communication counted as there"},
+}
+
+#: A chapter's line on the landing page: its link, then its run time (the {run-times} role).
+CHAPTER_LINE = re.compile(r"^\d+\. \{doc\}`chapters/([\w-]+)`", re.M)
+
+
+def toc_order() -> list[str]:
+    """The chapters in the order of ``_toc.yml``."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    return [Path(entry["file"]).name for entry in toc["chapters"]]
+
+
+def labels_of(name: str) -> set[str]:
+    """The labels (``(sec-...)=``) that chapter ``name`` defines."""
+    text = (config.CHAPTERS / "en" / f"{name}.md").read_text(encoding="utf-8")
+    return set(re.findall(r"^\(([\w-]+)\)=$", text, re.M))
+
+
+def landing_items(lang: str) -> dict[str, str]:
+    """Chapter name -> its item (one line of text) in the landing page's list of chapters."""
+    text = (config.CHAPTERS / lang / "index.md").read_text(encoding="utf-8")
+    starts = list(CHAPTER_LINE.finditer(text))
+    ends = [m.start() for m in starts[1:]] + [len(text)]
+    return {m.group(1): " ".join(text[m.start():end].split()) for m, end in zip(starts, ends)}
+
+
+def recorded_seconds(name: str, framework: str) -> tuple[float, dict] | None:
+    """How long the committed notebook of ``name`` ran, first cell to last, and its run's
+    record; None unless it is a full-size run on a CPU (the landing page's times are)."""
+    nb = nbformat.read(config.NOTEBOOKS / "en" / framework / f"{name}.ipynb", as_version=4)
+    run = nb.metadata.get("d2l_ext", {}).get("run", {})
+    seconds = run_seconds(nb.cells, run)
+    if seconds is None or run.get("size") != "full" or run.get("gpus"):
+        return None
+    return seconds, run
+
+
+def test_toc_lists_every_chapter_once():
+    assert sorted(toc_order()) == sources.chapter_names()
+    assert len(set(toc_order())) == len(toc_order())
+
+
+@pytest.mark.parametrize("name", sorted(RELIES_ON))
+def test_no_chapter_relies_on_a_later_one(name):
+    """Every chapter that ``name`` builds on comes before it, and ``name`` links it."""
+    order = toc_order()
+    text = (config.CHAPTERS / "en" / f"{name}.md").read_text(encoding="utf-8")
+    for earlier, what in RELIES_ON[name].items():
+        assert order.index(earlier) < order.index(name), \
+            f"{name} relies on {earlier} ({what}), which _toc.yml puts after it"
+        linked = {label for label in labels_of(earlier) if f"`{label}`" in text}
+        assert linked, f"{name} no longer links {earlier}: is RELIES_ON still true?"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_landing_page_lists_every_chapter_in_the_book_s_order(lang):
+    assert list(landing_items(lang)) == toc_order(), \
+        f"{lang}/index.md: list the chapters in the order of _toc.yml"
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_landing_page_gives_the_run_times_the_notebooks_recorded(lang):
+    """Each chapter's run time comes from the committed notebooks (the {run-times} role),
+    never typed; the role says what each notebook's cells measured, and where."""
+    sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
+    import book_runtimes
+
+    checked = 0
+    for name, item in landing_items(lang).items():
+        assert f"{{run-times}}`{name}`" in item, f"{lang}/index.md: cite {name}'s run time"
+        said = book_runtimes.run_times(ROOT, lang, name)
+        for framework in FRAMEWORKS:
+            assert FRAMEWORK_NAMES[framework] in said
+            record = recorded_seconds(name, framework)
+            if record is None:  # a GPU or smoke run: no CPU time to compare with
+                continue
+            seconds, run = record
+            assert _duration(seconds, lang) in said and run["cpu"] in said, said
+            checked += 1
+    assert checked, "no notebook recorded a full-size CPU run to check the times against"
+
+
+def test_the_run_times_role_names_each_machine_and_refuses_a_missing_notebook(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
+    import book_runtimes
+    import nbformat
+
+    def notebook(framework, run, seconds):
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_code_cell("x = 1")
+        cell.metadata["execution"] = {"iopub.status.busy": "2026-01-01T10:00:00+00:00",
+                                      "iopub.status.idle": f"2026-01-01T10:{seconds // 60:02d}:"
+                                                           f"{seconds % 60:02d}+00:00"}
+        nb.cells.append(cell)
+        nb.metadata["d2l_ext"] = {"run": run}
+        path = tmp_path / "notebooks" / "en" / framework / "x.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, path)
+
+    cpu = dict(gpus=0, cpu="Test CPU", size="full", date="2026-01-01")
+    notebook("torch", cpu, 1320)
+    notebook("mxnet", cpu, 30)
+    assert book_runtimes.run_times(tmp_path, "en", "x") == \
+        "PyTorch about 22 minutes, MXNet under a minute, on CPU only (Test CPU)"
+    notebook("mxnet", dict(cpu, size="smoke"), 30)
+    assert book_runtimes.run_times(tmp_path, "en", "x") == \
+        "PyTorch about 22 minutes, on CPU only (Test CPU); MXNet not recorded"
+    with pytest.raises(FileNotFoundError, match="book.py execute"):
+        book_runtimes.run_times(tmp_path, "en", "missing")
