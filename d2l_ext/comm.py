@@ -1,4 +1,4 @@
-"""Communication between processes, for chapter 6 (PyTorch): start a group, time a
+"""Communication between processes, for the communication chapter (PyTorch): start a group, time a
 collective, fit the cost of a message.
 
 ``spawn`` runs a function in ``k`` processes joined by ``torch.distributed`` (gloo over the
@@ -8,7 +8,8 @@ collective across the group, every repeat between two barriers of all processes.
 ``fit_alpha_beta`` fits the latency-bandwidth model ``t = alpha + n / beta``.
 ``against`` reads settings timed in interleaved rounds against a control, round by round,
 and ``apart`` says whether two settings run with several seeds differ beyond the seeds'
-spread; ``overlap_lesson``, ``buffer_lesson`` and ``reduction_lesson`` word what chapter 6's
+spread; ``overlap_lesson``, ``buffer_lesson`` and ``reduction_lesson`` word what the communication
+chapter's
 runs show (DDP's buckets against one bucket, a flat buffer's copies, a server's additions).
 """
 
@@ -250,7 +251,8 @@ def timing(op: Callable[[], Any], repeats: int = 5, iters: int = 1, warmup: int 
 
 
 def scaling_table(rows: Sequence[Sequence[float]]) -> str:
-    """Chapter 6's scaling model as a text table in the reader's language, one row per
+    """The communication chapter's scaling model as a text table in the reader's language, one row
+    per
     process count ``k``. Each row holds, in this order: ``k``; the all-reduce's bus bandwidth
     (bytes/s); the all-reduce's time (s); the step's computation per process under strong
     scaling (s) and the communication it leaves exposed (s); the efficiency of strong
@@ -467,7 +469,8 @@ def apart_chance(a: int, b: int) -> float:
 
 
 def fit_miss_note(size: str, miss: float) -> Text:
-    """Chapter 6's note on the all-reduce's own alpha-beta fit: its largest miss (``miss``:
+    """The communication chapter's note on the all-reduce's own alpha-beta fit: its largest miss
+    (``miss``:
     measured over modelled, minus one) and where (``size``); a fit that misses by more than
     half makes its fitted numbers, and ratios of them, rough."""
     if abs(miss) <= 0.5:
@@ -485,7 +488,8 @@ def fit_miss_note(size: str, miss: float) -> Text:
 
 def reduce_verdict(reduce_beta: float, beta: float, between_gpus: bool,
                    miss: float = 0.0) -> Text:
-    """Chapter 6's reading of the all-reduce's fitted bandwidth (``reduce_beta``) against one
+    """The communication chapter's reading of the all-reduce's fitted bandwidth (``reduce_beta``)
+    against one
     message's (``beta``), both fitted on the backend the run used: gloo over the loopback
     (``between_gpus`` false) or NCCL between two GPUs. ``miss``, the largest miss of the two
     fits behind the betas (measured over modelled, minus one): beyond half, the reading
@@ -558,7 +562,7 @@ def largest_misses(sizes: Sequence[str], misses: Mapping[str, Sequence[float]]
 
 def miss_reading(worst: Mapping[str, tuple[str, float]], names: Mapping[str, Text]
                  ) -> dict[str, Text]:
-    """Chapter 6's sentences on the message table's misses, from ``largest_misses``
+    """The communication chapter's sentences on the message table's misses, from ``largest_misses``
     (``names``: each column's name in the table): ``"each"``, where each column's model
     missed most; ``"largest"``, the table's largest miss, with its column and size."""
     if not worst:
@@ -580,7 +584,8 @@ def miss_reading(worst: Mapping[str, tuple[str, float]], names: Mapping[str, Tex
 
 def ring_small_note(size: str, measured: Mapping[int, float], model: Mapping[int, float],
                     latency: Mapping[int, float], cores: int, fit_processes: int = 2) -> Text:
-    """Chapter 6's reading of the hand-written ring at its smallest size (``size``), for
+    """The communication chapter's reading of the hand-written ring at its smallest size
+    (``size``), for
     each process count k: ``measured`` and ``model`` seconds, and ``latency``, the model's
     2(k - 1) alpha (alpha fitted between ``fit_processes`` processes); ``cores``, the
     machine's cores. Says how much of the measured time the latencies explain and, where
@@ -662,7 +667,8 @@ def ring_small_note(size: str, measured: Mapping[int, float], model: Mapping[int
 
 
 def link_reading(between_gpus: bool) -> dict[str, Text]:
-    """Chapter 6's sentences on what the message fit summarises, for the backend the run used
+    """The communication chapter's sentences on what the message fit summarises, for the backend
+    the run used
     (gloo over the loopback, or NCCL between two GPUs): ``"causes"``, the candidate causes of
     the model's misses; ``"summary"``, what alpha and beta summarise; ``"elsewhere"``, how
     they relate to numbers between GPUs."""
@@ -718,7 +724,8 @@ def link_reading(between_gpus: bool) -> dict[str, Text]:
 
 def sequence_lesson(compute: float, communicate: float, steps: Mapping[str, float],
                     names: Mapping[str, Text] | None = None) -> Text:
-    """Chapter 6's reading of the complete steps (``steps``: seconds per step, medians)
+    """The communication chapter's reading of the complete steps (``steps``: seconds per step,
+    medians)
     against the two parts timed alone and added (``compute``, ``communicate``: seconds), the
     time the steps would take one after the other if nothing else cost time. ``names`` gives
     the steps' names in both languages (default: the keys)."""
@@ -754,7 +761,7 @@ def apart_false_alarm(a: int, b: int, settings: int = 1) -> float:
 
 
 def powersgd_lesson(share: float, loss: float, plain_loss: float, ran: bool) -> Text:
-    """Chapter 6's sentence on PowerSGD at rank 1: the share of the numbers it sent
+    """The communication chapter's sentence on PowerSGD at rank 1: the share of the numbers it sent
     (computed from the shapes) and its final loss against plain all-reduce's, or, where the
     hook cell left PowerSGD out (``ran`` false), that it did not run here."""
     if not ran:
@@ -802,7 +809,8 @@ def buffer_lesson(one_buffer: float, per_tensor: float, copies: float) -> Text:
 
 def reduction_lesson(k: int, server: Timing, ring: Timing, server_add: Timing,
                      ring_add: Timing) -> Text:
-    """The reduction load of the two hand-written all-reduces of chapter 6's MXNet tab, from
+    """The reduction load of the two hand-written all-reduces of the communication chapter's MXNet
+    tab, from
     one run's timings, judged by their ranges (:meth:`Timing.clearly_faster`), not their
     medians alone: the whole all-reduce in the server pattern and in the ring (``server``,
     ``ring``), and their additions timed alone (``server_add``: the k - 1 additions into one

@@ -1,4 +1,5 @@
-"""MXNet parameter-server jobs on one machine, for chapter 6 (MXNet): launch a scheduler,
+"""MXNet parameter-server jobs on one machine, for the communication chapter (MXNet): launch a
+scheduler,
 servers and workers as local processes over the loopback interface, and time a kvstore
 operation between barriers of all workers.
 

@@ -1,7 +1,9 @@
-"""The speed ladder of chapter 3: one training run made faster one switch at a time, and
+"""The speed ladder of the tuning-tips chapter: one training run made faster one switch at a time,
+and
 measured so that each verdict means something.
 
-Chapter 2's ResNet-18 on Fashion-MNIST, first with d2l's own loop, then with ``d2l.train``'s
+The multi-GPU chapter's ResNet-18 on Fashion-MNIST, first with d2l's own loop, then with
+``d2l.train``'s
 step (:class:`d2l_ext.torch.Training`) and its switches turned on one rung at a time (each
 rung keeps the switches of the rungs before it). The *systems* rungs keep the work fixed
 (images, batch, learning rate, schedule) and change only how it is done; the *algorithmic*
@@ -785,7 +787,7 @@ class RungResult:
 
 
 def make_net(seed: int = 0, bias: bool = True) -> nn.Module:
-    """Chapter 2's ResNet-18 with d2l's initialisation; the same weights for every rung.
+    """The multi-GPU chapter's ResNet-18 with d2l's initialisation; the same weights for every rung.
 
     ``bias=False``: the same network and weights without the biases of the convolutions
     that BatchNorm follows (BatchNorm subtracts them again: the same function in training).

@@ -1,4 +1,4 @@
-"""Emulated network links for the processes of one machine (chapter 6, PyTorch).
+"""Emulated network links for the processes of one machine (the communication chapter, PyTorch).
 
 On a loopback every byte is copied by the cores that also compute: all processes share one
 medium, and neither a ring's spread bytes nor DDP's overlap can show. ``EmulatedLinks`` gives
@@ -249,7 +249,7 @@ class EmulatedLinks:
         return hook
 
 
-# ---- reading the emulated runs (chapter 6) -------------------------------------------------
+# ---- reading the emulated runs (the communication chapter) ---------------------------------------
 
 def ratio_lesson(measured: Mapping[int, float], model: Mapping[int, float],
                  slack: float = 0.25) -> Text:
@@ -356,7 +356,7 @@ def hidden_lesson(one_bucket: Timing, best: float, best_name: Text, faster: bool
                      "后面。" + limit.zh + cores.zh)
 
 
-#: Where the plain (not emulated) DDP of chapter 6 ran, by backend, in a sentence.
+#: Where the plain (not emulated) DDP of the communication chapter ran, by backend, in a sentence.
 _ELSEWHERE = {"gloo": message(en="the loopback, where the bytes need the cores",
                               zh="在字节需要核心的回环接口上"),
               "nccl": message(en="NCCL between GPUs", zh="在 GPU 之间用 NCCL 通信时")}
@@ -364,7 +364,8 @@ _ELSEWHERE = {"gloo": message(en="the loopback, where the bytes need the cores",
 
 def overlap_close(on_links: bool, elsewhere: bool, backend: str = "gloo",
                   could_show: bool = True) -> Text:
-    """Chapter 6's lesson on overlap from two verdicts (:attr:`d2l_ext.comm.Paired.verdict`,
+    """The communication chapter's lesson on overlap from two verdicts
+    (:attr:`d2l_ext.comm.Paired.verdict`,
     which may allow a round the other way): did a DDP with several buckets beat one bucket on
     emulated links (``on_links``), and with the plain DDP on
     ``backend`` (``elsewhere``)? ``could_show``: was the most that overlap could hide on the

@@ -1,4 +1,4 @@
-"""The memory chapter's plots, drawn from its own measurements (chapter 7, PyTorch tab).
+"""The memory chapter's plots, drawn from its own measurements (the memory chapter, PyTorch tab).
 
 * :func:`step_by_category`: the marks of one :class:`d2l_ext.memory.Tracker` block of
   training steps as stacked bars, split into parameters, optimizer state, gradients,

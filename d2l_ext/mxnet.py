@@ -265,7 +265,8 @@ def train(net: nn.Block, devices: Sequence[mx.Context], batch_size: int, lr: flo
     test accuracy after every epoch), with three differences: Xavier initialisation (d2l's
     loop draws N(0, 0.01) weights), a warm-up over ``warmup_epochs=1.0`` (pass 0 for d2l's
     constant rate) and no loader processes (``num_workers=0``; d2l uses 4). Switches
-    (chapter 3): ``num_workers`` loader processes and ``pin_memory`` (page-locked batches,
+    (the tuning-tips chapter): ``num_workers`` loader processes and ``pin_memory`` (page-locked
+    batches,
     for copies to a GPU);
     ``hybridize=True``: ``net.hybridize(static_alloc=True, static_shape=True)``, MXNet's
     compiler (the network must be built of hybrid blocks, as :func:`resnet18` is);
@@ -302,7 +303,8 @@ def train(net: nn.Block, devices: Sequence[mx.Context], batch_size: int, lr: flo
 class Training:
     """:func:`train`'s training, built from its switches: the network initialised on every
     device (hybridized if asked), the ``gluon.Trainer``, the loaders and the step. ``train``
-    runs it epoch by epoch; chapter 3's ladder runs several of them an epoch at a time, in
+    runs it epoch by epoch; the tuning-tips chapter's ladder runs several of them an epoch at a
+    time, in
     turns, so that it times exactly the step that ``train`` runs."""
 
     def __init__(self, net: nn.Block, devices: Sequence[mx.Context], batch_size: int, lr: float,

@@ -1,4 +1,5 @@
-"""Chapter 4's toy segmentation problem (PyTorch): a small all-convolutional network, random
+"""The host-device-sync chapter's toy segmentation problem (PyTorch): a small all-convolutional
+network, random
 images with per-pixel labels, and one masked cross-entropy written four ways, from the
 version full of host-device synchronisations to the one without.
 
@@ -41,7 +42,8 @@ copied. ``torch.where``, as in the other variants, never waits. The Python ``if`
 adds none of its own: it tests ``unique(...).numel()``, a host integer, and the wait has
 already happened inside ``unique``. In order, a step of ``"original"`` synchronises in
 ``nonzero``, the index assignment, ``unique``, the two boolean indexes and the backward pass,
-as chapter 4 writes it; the fixes remove them from the front (``torch.where`` takes both the
+as the host-device-sync chapter writes it; the fixes remove them from the front (``torch.where``
+takes both the
 ``nonzero`` and the assignment), so the first wait of a step moves from ``nonzero`` to
 ``unique`` to the boolean index. The book's GPU run (an NVIDIA H100, PyTorch 2.11, 2026-11-24;
 ``d2l_ext/data/gpu_runs/host-device-sync.json``) counted the same: 6, 4, 3 and 0 warnings per
@@ -87,7 +89,8 @@ def random_batch(batch_size: int, size: int = 256, num_classes: int = 10,
 
 
 class MaskedCrossEntropy(nn.Module):
-    """The masked cross-entropy of chapter 4, as ``variant`` (see :data:`VARIANTS`)."""
+    """The masked cross-entropy of the host-device-sync chapter, as ``variant`` (see
+    :data:`VARIANTS`)."""
 
     def __init__(self, variant: str = "original", ignore_value: int = -1,
                  num_classes: int = 10) -> None:

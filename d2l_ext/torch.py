@@ -187,7 +187,8 @@ class Residual(nn.Module):
 def resnet18(num_classes: int, in_channels: int = 1, bias: bool = True) -> nn.Sequential:
     """d2l's ResNet-18 variant for small images: 3x3 stem, stride 1, no max-pooling.
 
-    ``bias=False``: no bias in the convolutions that BatchNorm follows (a tip of chapter 3).
+    ``bias=False``: no bias in the convolutions that BatchNorm follows (a tip of the tuning-tips
+    chapter).
     """
 
     def resnet_block(in_ch: int, out_ch: int, num_residuals: int,
@@ -776,7 +777,8 @@ def train(net: nn.Module, devices: Sequence[torch.device], batch_size: int, lr: 
     (d2l's loop first draws N(0, 0.01) weights), the rate warms up over
     ``warmup_epochs=1.0`` (pass 0 for d2l's constant rate), there are no loader processes
     (``num_workers=0``; d2l uses 4) and, on CUDA, batches are pinned. The fast path's
-    switches (chapter 3 turns them on one at a time; :mod:`d2l_ext.tuning` says which need
+    switches (the tuning-tips chapter turns them on one at a time; :mod:`d2l_ext.tuning` says which
+    need
     a GPU):
 
     * data: ``num_workers`` loader processes, ``pin_memory`` (default: on CUDA),

@@ -2,7 +2,7 @@
 
 ``torch.profiler.profile(...).export_chrome_trace(path)`` and MXNet's ``mx.profiler.dump()``
 both write this format; Perfetto (https://ui.perfetto.dev) and ``chrome://tracing`` open it
-too. Chapter 4 draws the host and device timelines of a training step with it::
+too. The host-device-sync chapter draws the host and device timelines of a training step with it::
 
     from d2l_ext import trace
     events = trace.load_trace("step.json")
