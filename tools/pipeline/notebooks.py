@@ -103,8 +103,8 @@ FREE_GPU = {"torch": {"en": "a free Colab T4 GPU (this notebook asks Colab for a
                       "zh": "Colab 免费的 T4 GPU（本笔记本会向 Colab 申请 GPU 运行时）"},
             "mxnet": {"en": "a free SageMaker Studio Lab GPU (a T4)",
                       "zh": "SageMaker Studio Lab 免费的 T4 GPU"}}
-MEASURED = {"en": "{duration}, measured in {which} ({machine}, {date}; from the first cell to "
-                  "the last, without the kernel's start or the installation)",
+MEASURED = {"en": "{duration}, measured in {which}, from the first cell to the last, without "
+                  "the kernel's start or the installation; machine: {machine}, {date}",
             "zh": "{duration}，按{which}各单元格的时间计算，从第一个单元格到最后一个，"
                   "不含启动笔记本和安装的时间；机器：{machine}，{date}"}
 THIS_RUN = {"en": "the run whose outputs this notebook shows", "zh": "生成本笔记本输出的那次运行"}
