@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from d2l_ext.i18n import Text, message
-from d2l_ext.utils import Timing, paired_verdict
+from d2l_ext.utils import Table, Timing, paired_verdict, text_table
 
 # torch is imported inside the functions that need it: the cost model's functions
 # (fit_alpha_beta, bus_bandwidth) serve the MXNet half of the book too, without torch.
@@ -250,8 +250,8 @@ def timing(op: Callable[[], Any], repeats: int = 5, iters: int = 1, warmup: int 
     return Timing(tuple(slowest.tolist()))
 
 
-def scaling_table(rows: Sequence[Sequence[float]]) -> str:
-    """The communication chapter's scaling model as a text table in the reader's language, one row
+def scaling_table(rows: Sequence[Sequence[float]]) -> Table:
+    """The communication chapter's scaling model as a table in the reader's language, one row
     per
     process count ``k``. Each row holds, in this order: ``k``; the all-reduce's bus bandwidth
     (bytes/s); the all-reduce's time (s); the step's computation per process under strong
@@ -274,8 +274,6 @@ def scaling_table(rows: Sequence[Sequence[float]]) -> str:
         k, busbw, comm_s, compute_s, exposed_s, strong, weak, weak_serial = row
         shown.append([int(k), busbw / 1e9, comm_s * 1e3, compute_s * 1e3, exposed_s * 1e3,
                       strong, weak, weak_serial])
-    from d2l_ext.utils import text_table
-
     return text_table(columns, shown, ["d", ",.0f", ".1f", ".1f", ".1f", ".0%", ".0%", ".0%"])
 
 

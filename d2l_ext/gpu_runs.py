@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from d2l_ext.i18n import Text, capture_dir, message
-from d2l_ext.utils import text_table
+from d2l_ext.utils import show, text_table
 
 #: Where the records live, one JSON file per chapter.
 RECORDS = Path(__file__).resolve().parent / "data" / "gpu_runs"
@@ -170,7 +170,7 @@ def table(chapter: str, on_gpu: bool | str, figures: Sequence[tuple]) -> GpuRun 
             row.append(theirs[f.en].shown() if f.en in theirs else "\u2013")
         rows += [[Text(f.en, f.zh), "\u2013", f.shown()] for f in record.figures
                  if f.en not in {m.en for m in mine}]
-    print(text_table(columns, rows, [""] * len(columns), left=1))
+    show(text_table(columns, rows, [""] * len(columns), left=1))
     print(record.describe() if record is not None else message(
         en="The book keeps no GPU run of this chapter yet.",
         zh="本书还没有保存这一章在 GPU 上的运行结果。"))

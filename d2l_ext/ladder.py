@@ -55,7 +55,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from d2l_ext import datasheets, fashion_mnist, timing, tuning, utils
 from d2l_ext import torch as d2l
 from d2l_ext.i18n import Text, label, message
-from d2l_ext.utils import Timing, text_table
+from d2l_ext.utils import Table, Timing, text_table
 
 #: The kinds of rung, in English and Chinese.
 KINDS = {"reference": ("reference", "参照"), "systems": ("systems", "系统类"),
@@ -1138,8 +1138,8 @@ def profile_rung(rungs: Sequence[Rung], index: int, device: torch.device | str,
     return groups
 
 
-def groups_table(groups: dict[str, float]) -> str:
-    """The groups as a text table: milliseconds per step and share, in the reader's language."""
+def groups_table(groups: dict[str, float]) -> Table:
+    """The groups as a table: milliseconds per step and share, in the reader's language."""
     total = sum(groups.values())
     return text_table(
         [message(en="where the step's time goes", zh="一步的时间花在哪里"),
@@ -1189,16 +1189,32 @@ def rows(results: Sequence[RungResult]) -> list[list]:
     return out
 
 
-def table(results: Sequence[RungResult], datasheet: bool = True) -> str:
-    """The ladder as a text table in the reader's language (:func:`rows`); the last column is
-    "MFU" against a datasheet's peak, else the share of the measured reference rate."""
+#: The columns of each part of the ladder's table (:func:`table`): its times and verdicts,
+#: then what each step is made of; the rung's name opens both.
+PARTS = {"times": list(range(9)), "analysis": [0, *range(9, len(COLUMNS))]}
+
+
+def table(results: Sequence[RungResult], datasheet: bool = True,
+          part: str | None = None) -> Table:
+    """The ladder as a table in the reader's language (:func:`rows`); the last column is
+    "MFU" against a datasheet's peak, else the share of the measured reference rate.
+    ``part`` ("times" or "analysis", :data:`PARTS`) keeps that part's columns only, so
+    that each fits a page's width."""
     columns = list(COLUMNS)
     if not datasheet:
         columns[-1] = message(en="of fastest rate", zh="占最快速率")
-    return text_table(columns, rows(results), FORMATS, left=1)
+    if part is None:
+        return text_table(columns, rows(results), FORMATS, left=1)
+    if part not in PARTS:
+        raise ValueError(f"part must be one of {sorted(PARTS)} (or None for the whole "
+                         f"table), not {part!r}")
+    keep = PARTS[part]
+    return text_table([columns[i] for i in keep],
+                      [[row[i] for i in keep] for row in rows(results)],
+                      [FORMATS[i] for i in keep], left=1)
 
 
-def target_table(runs: Sequence[TargetRun], target: float) -> str:
+def target_table(runs: Sequence[TargetRun], target: float) -> Table:
     """Each rung's runs to the target: seeds, reached, test, training and debiased accuracy,
     steps, epochs, steady and one-off seconds."""
     return text_table(

@@ -11,10 +11,13 @@ from collections.abc import Sequence
 
 import numpy
 
+from d2l_ext.catalogue import figure_text, say
+from d2l_ext.exercises import checker as _checker
 from d2l_ext.utils import (
     Accumulator,
     Animator,
     Benchmark,
+    Table,
     Timer,
     Timing,
     TrainProgress,
@@ -25,6 +28,8 @@ from d2l_ext.utils import (
     label,
     message,
     paired_verdict,
+    show,
+    text_table,
 )
 from d2l_ext.utils import measure as _measure
 
@@ -49,10 +54,14 @@ __all__ = [
     "Accumulator", "Animator", "Benchmark", "Timer", "TrainResult", "Residual", "accuracy",
     "cpu", "evaluate_accuracy_gpu", "evaluate_accuracy_gpus", "get_dataloader_workers", "gpu",
     "label", "load_data_fashion_mnist", "measure", "message", "num_gpus", "resnet18", "sgd",
+    "Table", "show", "text_table", "say", "figure_text",
     "split_batch", "synchronize", "Timing", "train", "paired_verdict",
     "false_alarm", "Training", "try_all_devices",
-    "try_all_gpus", "try_gpu",
+    "try_all_gpus", "try_gpu", "check_exercise",
 ]
+
+#: The chapters' exercise checks (:func:`d2l_ext.exercises.check`) for this framework.
+check_exercise = _checker("mxnet")
 
 
 # ---------------------------------------------------------------- devices

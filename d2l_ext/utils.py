@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import io
 import sys
 import time
@@ -416,34 +417,100 @@ class TrainProgress:
         return self.result
 
 
+class Table(str):
+    """A table of results: the text table it reads as (it is that ``str``), and in a
+    notebook an HTML table (:meth:`_repr_html_`), which fits a page or scrolls in its box
+    where the text could not. Made by :func:`text_table`; shown with :func:`show`.
+
+    ``columns`` are the headers and ``cells`` the rows, each formatted as shown; the first
+    ``left`` columns are aligned left, the others right.
+    """
+
+    columns: tuple[str, ...]
+    cells: tuple[tuple[str, ...], ...]
+    left: int
+
+    def __new__(cls, text: str, columns: Sequence[str] = (),
+                cells: Sequence[Sequence[str]] = (), left: int = 0) -> Table:
+        table = super().__new__(cls, text)
+        table.columns = tuple(columns)
+        table.cells = tuple(tuple(row) for row in cells)
+        table.left = left
+        return table
+
+    def _repr_html_(self) -> str:
+        return html_table(self.columns, self.cells, self.left)
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:
+        printer.text(str(self))
+
+
 def text_table(columns: Sequence[str], rows: Sequence[Sequence], formats: Sequence[str],
-               left: int = 0) -> str:
-    """The rows as a text table, each column with its format; the first ``left`` columns
-    aligned left, the others right. Widths count a Chinese character as two columns.
+               left: int = 0) -> Table:
+    """The rows as a table, each column with its format; the first ``left`` columns
+    aligned left, the others right. It is the text table (a ``str``: widths count a Chinese
+    character as two columns) and, shown with :func:`show` in a notebook, an HTML table.
 
     Headers and cells made with :func:`message` (:class:`d2l_ext.i18n.Text`) are in the
     reader's language; while the book captures a run, the table in the other language is
-    recorded too (aligned for its own widths: a table cannot be translated word by word).
+    recorded too, as text and as HTML (aligned for its own widths: a table cannot be
+    translated word by word).
     """
-    table = _table(columns, rows, formats, left, None)
+    heads, cells = _cells(columns, rows, formats, None)
     if any(isinstance(v, Text) for v in [*columns, *(v for row in rows for v in row)]):
-        record(_table(columns, rows, formats, left, "en"), _table(columns, rows, formats,
-                                                                   left, "zh"))
-    return table
+        en, zh = (_cells(columns, rows, formats, lang) for lang in ("en", "zh"))
+        record(_text_table(*en, left), _text_table(*zh, left))
+        record(html_table(*en, left), html_table(*zh, left))
+    return Table(_text_table(heads, cells, left), heads, cells, left)
 
 
-def _table(columns, rows, formats, left: int, lang: str | None) -> str:
+def _cells(columns, rows, formats, lang: str | None) -> tuple[list[str], list[list[str]]]:
+    """The headers and the formatted cells, in ``lang`` (None: the reader's language)."""
     def shown(value, fmt: str = "") -> str:
         if isinstance(value, Text) and lang is not None:
             value = value.zh if lang == "zh" else value.en
         return format(value, fmt)
 
-    heads = [shown(c) for c in columns]
-    text = [[shown(v, f) for v, f in zip(row, formats)] for row in rows]
-    widths = [max(display_width(heads[i]), *(display_width(r[i]) for r in text))
+    return ([shown(c) for c in columns],
+            [[shown(v, f) for v, f in zip(row, formats)] for row in rows])
+
+
+def _text_table(heads: Sequence[str], cells: Sequence[Sequence[str]], left: int) -> str:
+    widths = [max(display_width(heads[i]), *(display_width(r[i]) for r in cells))
               for i in range(len(heads))]
 
-    def line(cells) -> str:
-        return "  ".join(pad(c, w, i < left) for i, (c, w) in enumerate(zip(cells, widths)))
+    def line(row) -> str:
+        return "  ".join(pad(c, w, i < left) for i, (c, w) in enumerate(zip(row, widths)))
 
-    return "\n".join([line(heads)] + [line(r) for r in text])
+    return "\n".join([line(heads)] + [line(r) for r in cells])
+
+
+def html_table(columns: Sequence[str], cells: Sequence[Sequence[str]], left: int = 0) -> str:
+    """An HTML ``<table class="d2l-table">`` of formatted cells: the first ``left`` columns
+    aligned left, the others (numbers) right, also where no style sheet of the book applies
+    (Jupyter, Colab)."""
+    def row(values: Sequence[str], tag: str) -> str:
+        return "<tr>" + "".join(
+            f'<{tag} style="text-align: {"left" if i < left else "right"}">'
+            f"{html.escape(str(v), quote=False)}</{tag}>" for i, v in enumerate(values)) + "</tr>"
+
+    return ('<table class="d2l-table">\n<thead>' + row(columns, "th") + "</thead>\n<tbody>\n"
+            + "\n".join(row(r, "td") for r in cells) + "\n</tbody>\n</table>")
+
+
+def show(*objects: Any) -> None:
+    """Show each object to the reader: under IPython (a notebook's kernel) as IPython
+    displays it (a :class:`Table` as an HTML table, with its text for a reader without
+    HTML), elsewhere printed."""
+    if _in_ipython():
+        from IPython.display import display
+
+        display(*objects)
+    else:
+        for obj in objects:
+            print(obj)
+
+
+def _in_ipython() -> bool:
+    ipython = sys.modules.get("IPython")
+    return ipython is not None and ipython.get_ipython() is not None

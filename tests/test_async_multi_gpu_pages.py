@@ -17,10 +17,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 from pipeline import config, sources  # noqa: E402
 
-from d2l_ext import i18n  # noqa: E402
-from d2l_ext.utils import Timing, text_table  # noqa: E402
+from d2l_ext import catalogue, exercises, i18n  # noqa: E402
+from d2l_ext.utils import Timing, show, text_table  # noqa: E402
 
-D2L = SimpleNamespace(message=i18n.message, label=i18n.label)
+D2L = SimpleNamespace(message=i18n.message, label=i18n.label, say=catalogue.say,
+                      figure_text=catalogue.figure_text, show=show)
 
 
 def cell(chapter: str, marker: str, framework: str | None = None) -> str:
@@ -124,7 +125,7 @@ def test_the_results_table_names_devices_in_the_readers_language(monkeypatch, la
     ((1.00, 1.00, 1.00), ("came within 1% of the prediction", "相差都不超过 1%"))])
 def test_mxnet_names_competition_for_cores_only_when_the_loop_is_slower(monkeypatch, lang,
                                                                          times, expected):
-    names, printed = run(cell("async-computation", "engine_lesson = d2l.message(", "mxnet"),
+    names, printed = run(cell("async-computation", "engine_lesson = d2l.say(", "mxnet"),
                          lang, monkeypatch, async_runs=Timing(times), num_ops=10,
                          predict_async=lambda count: 1.0)
     assert expected[lang == "zh"] in names["engine_lesson"]
@@ -137,6 +138,7 @@ def test_mxnet_names_competition_for_cores_only_when_the_loop_is_slower(monkeypa
 def test_exercise_1_says_agreement_instead_of_a_zero_percent_miss(monkeypatch, lang, words):
     source = cell("async-computation", "prediction = None")
     source = source.replace("prediction = None", "prediction = 1.0", 1)
-    _, printed = run(source, lang, monkeypatch, num_ops=10, predict_async=lambda count: 1.0,
-                     run_async=lambda count: 1.001)
+    d2l = SimpleNamespace(check_exercise=exercises.checker("torch"))  # the check, in d2l_ext
+    _, printed = run(source, lang, monkeypatch, d2l=d2l, num_ops=10,
+                     predict_async=lambda count: 1.0, run_async=lambda count: 1.001)
     assert words in printed and "0%" not in printed

@@ -15,6 +15,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 from pipeline import config, notebooks, runinfo, site, sources  # noqa: E402
 from pipeline.config import BookError  # noqa: E402
 
+from d2l_ext import catalogue  # noqa: E402
+from d2l_ext.utils import show  # noqa: E402
+
 CHAPTERS = sources.chapter_names()
 
 
@@ -25,6 +28,7 @@ def _structure(chapter: sources.Chapter) -> dict:
         "labels": re.findall(r"^\((\S+)\)=$", prose, re.M),
         "figures": re.findall(r"^```\{figure\} (\S+)", prose, re.M),
         "figure names": re.findall(r"^:name: (\S+)", prose, re.M),
+        "drawn figures": re.findall(r"^:::\{drawn-figure\} (\S+)", prose, re.M),
         "framework blocks": re.findall(r"^:::\{framework\} (\w+)", prose, re.M),
         "values": sorted(m.group(0) for m in sources.PLACEHOLDER.finditer(prose)),
     }
@@ -217,8 +221,8 @@ def test_both_editions_come_from_one_run(name, fw):
 
     for a, b in zip(code(en), code(zh), strict=True):
         assert a.execution_count == b.execution_count
-        if "d2l.message(" in a.source or a.outputs == b.outputs:
-            continue  # a cell that prints through d2l.message answers in each language
+        if any(f in a.source for f in ("d2l.message(", "d2l.say(")) or a.outputs == b.outputs:
+            continue  # a cell that prints through d2l.say/message answers in each language
         # a cell whose words are translated all the same (a script printing d2l.message, a
         # figure with d2l.label, d2l.train's plot): the same outputs and the same numbers
         assert _kinds(a) == _kinds(b), f"{name} ({fw}): {a.source[:60]!r}"
@@ -330,11 +334,21 @@ x = 1.0
 :tags: [torch]
 import torch
 ```
+
+```{code-cell} ipython3
+:tags: [torch, hide-input]
+print(x)
+```
 """, encoding="utf-8")
     chapter = sources.parse(src)
     assert [(c.kind, c.tags) for c in chapter.cells] == [
-        ("markdown", []), ("code", []), ("code", ["torch"])]
+        ("markdown", []), ("code", []), ("code", ["torch"]), ("code", ["torch", "hide-input"])]
     torch_nb, mxnet_nb = notebooks.split(chapter, "torch"), notebooks.split(chapter, "mxnet")
+    shown, hidden = [c for c in torch_nb.cells if c.cell_type == "code"][-2:]
+    assert "jupyter" not in shown.metadata and "cellView" not in shown.metadata
+    assert hidden.metadata["tags"] == ["hide-input"]  # the site's toggle
+    assert hidden.metadata["jupyter"] == {"source_hidden": True}  # JupyterLab, Studio Lab
+    assert hidden.metadata["cellView"] == "form"  # Colab
     assert "Only PyTorch" in torch_nb.cells[0].source
     assert "Only MXNet" not in torch_nb.cells[0].source
     assert "Only MXNet" in mxnet_nb.cells[0].source
@@ -466,11 +480,13 @@ SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab m
 
 @pytest.mark.parametrize("name", sorted(SHOWN_CODE))
 def test_the_page_shows_the_code_it_teaches(name):
-    """Each tip's or fix's code is on the page, under its framework, not only in d2l_ext."""
+    """Each tip's or fix's code is on the page, under its framework, not only in d2l_ext,
+    and in view: not in a cell collapsed as presentation (``hide-input``)."""
     chapter = sources.parse(config.CHAPTERS / "en" / f"{name}.md")
     for framework, calls in zip(("torch", "mxnet"), SHOWN_CODE[name]):
         code = "\n".join(c.source for c in chapter.cells
-                         if c.kind == "code" and c.framework in (None, framework))
+                         if c.kind == "code" and c.framework in (None, framework)
+                         and notebooks.HIDE_INPUT not in c.tags)
         missing = [call for call in calls if call not in code]
         assert missing == [], f"{name}: the {framework} tab does not show {missing}"
 
@@ -592,7 +608,8 @@ def test_the_sync_pages_cost_model_splits_a_step_at_its_first_and_last_sync():
     from d2l_ext import i18n, trace
 
     names = {"trace": trace, "collections": collections, "itertools": itertools,
-             "statistics": statistics, "d2l": SimpleNamespace(message=i18n.message)}
+             "statistics": statistics,
+             "d2l": SimpleNamespace(message=i18n.message, say=catalogue.say, show=show)}
     exec(_sync_page_code(None, "def step_split"), names)
     exec(_sync_page_code(None, "def predicted_ms", "\n\n\nmodel = "), names)
     E = trace.Event
@@ -662,7 +679,9 @@ def _sync_page_gpu_state(on_gpu):
             "debug_counts": dict(zip(costs, (6, 4, 3, 0))) if on_gpu else None,
             "mean": statistics.fmean, "text_table": text_table,
             "LOSS": i18n.message(en="loss", zh="损失函数"),
-            "d2l": SimpleNamespace(message=i18n.message, label=i18n.label, gpu_runs=gpu_runs)}
+            "d2l": SimpleNamespace(message=i18n.message, label=i18n.label, gpu_runs=gpu_runs,
+                                   say=catalogue.say, figure_text=catalogue.figure_text,
+                                   show=show)}
 
 
 @pytest.mark.parametrize("on_gpu", [True, False])
@@ -769,7 +788,7 @@ def test_the_sync_pages_profiler_overhead_flags_a_version_that_stands_apart(firs
              "span": lambda r: f"{min(r):.2f}–{max(r):.2f}",
              "LOSS": i18n.message(en="loss", zh="损失函数"),
              "d2l": SimpleNamespace(message=i18n.message, paired_verdict=paired_verdict,
-                                    false_alarm=false_alarm)}
+                                    false_alarm=false_alarm, say=catalogue.say, show=show)}
     exec(_sync_page_code(None, "def predicted_ms"), names)
     note = names["overhead_note"]
     assert names["by_chance"] == pytest.approx(8 / 220 - 12 / (220 * 84))
@@ -795,7 +814,8 @@ def test_the_sync_pages_mxnet_waits_are_the_calls_that_ran_a_blocking_operator(t
 
     from d2l_ext import trace
 
-    stub = types.SimpleNamespace(label=lambda en, zh: en)
+    stub = types.SimpleNamespace(label=lambda en, zh: en, figure_text=catalogue.figure_text,
+                                 say=catalogue.say)
     names = {"trace": trace, "dataclasses": dataclasses, "d2l": stub, "ACTIVE": 1}
     exec(_sync_page_code("mxnet", "BLOCKING_OPS = ", "\nevents = load_events()"), names)
     api = {"cat": "MXNET_C_API", "pid": 1, "tid": 1}

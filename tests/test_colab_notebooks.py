@@ -204,7 +204,7 @@ def test_plain_rewrites_each_kind_of_myst(tmp_path, monkeypatch):
     assert ("![A demo figure.](https://example.org/book/en/_images/demo.svg)\n\n"
             f"**Figure**: The caption, with [Other Page]({page}other.html).") in out
     assert "> **Note**\n>\n> A note with $x$ in it." in out
-    assert "> **Try it**\n>\n> Run it." in out
+    assert "<details>\n<summary>Try it</summary>\n\nRun it.\n\n</details>" in out  # folded
     assert "```bash\necho hi\n```" in out and "$$a = b$$\n" in out
     for kind, pattern in MYST.items():
         assert not pattern.search(_without_code(out)), kind

@@ -26,6 +26,7 @@ torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 from d2l_ext import comm  # noqa: E402
+from d2l_ext.exercises import checker  # noqa: E402
 from d2l_ext.utils import Timing, message  # noqa: E402
 
 HOOKS = ["none", "fp16", "PowerSGD rank 1"]
@@ -477,8 +478,9 @@ def exercise_4(comm_lab, tmp_path_factory):
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("D2L_LANG", lang)
             with contextlib.redirect_stdout(out):
-                exec("\n".join(lines), {"d2l": SimpleNamespace(message=message), "comm": comm,
-                                        "comm_lab": comm_lab, "importlib": importlib})
+                d2l = SimpleNamespace(message=message, check_exercise=checker("torch"))
+                exec("\n".join(lines), {"d2l": d2l, "comm": comm, "comm_lab": comm_lab,
+                                        "importlib": importlib})
         return out.getvalue()
 
     yield check

@@ -362,10 +362,11 @@ LOCALIZED = """# {title}
 ```{{code-cell}} ipython3
 %matplotlib inline
 import matplotlib.pyplot as plt
-from d2l_ext.utils import label, message, text_table
+from d2l_ext.utils import label, message, show, text_table
 verdict = message(en="faster", zh="更快")
 print(message(en=f"the run was {{verdict}}", zh=f"这次运行{{verdict}}"))
 print(text_table([message(en="rung", zh="阶梯")], [[verdict]], [""], left=1))
+show(text_table([message(en="rung", zh="阶梯")], [[verdict]], [""], left=1))
 ```
 
 ```{{code-cell}} ipython3
@@ -400,6 +401,18 @@ def test_one_english_run_gives_the_chinese_edition_its_texts_values_and_figures(
 
     assert texts(en) == "the run was faster\nrung  \nfaster\n"
     assert texts(zh) == "这次运行更快\n阶梯\n更快\n"
+
+    def shown(nb):  # the table that show() displayed: its HTML and its text
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        return [(o.data["text/html"], o.data["text/plain"]) for o in code[1].outputs
+                if o.output_type == "display_data"]
+
+    left = '<th style="text-align: left">'
+    assert shown(en) == [(f'<table class="d2l-table">\n<thead><tr>{left}rung</th></tr></thead>'
+                          '\n<tbody>\n<tr><td style="text-align: left">faster</td></tr>\n'
+                          '</tbody>\n</table>', "rung  \nfaster")]
+    assert shown(zh) == [(shown(en)[0][0].replace("rung", "阶梯").replace("faster", "更快"),
+                          "阶梯\n更快")]
     prose = {lang: "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
              for lang, nb in (("en", en), ("zh", zh))}
     assert "It was faster." in prose["en"] and "它 更快." in prose["zh"]
@@ -426,6 +439,48 @@ def test_the_chinese_replaces_whole_words_once_longest_first():
     zh = localized(cell, "zh", texts)
     assert zh.outputs[0]["text"] == "epoch  最小  最大\ndeterministic: x 的最小值\n"
     assert localized(cell, "en", texts).outputs[0]["text"] == cell.outputs[0]["text"]
+
+
+def test_the_chinese_edition_gets_the_chinese_html_of_a_table(tmp_path, monkeypatch):
+    """A table shown as HTML (d2l.show) while the run was captured: the zh notebook shows
+    the Chinese HTML table and the Chinese text under it; the English stays as it was."""
+    from pipeline.execute import cell_key, localized, recorded
+
+    from d2l_ext import i18n
+    from d2l_ext.utils import message, text_table
+
+    def table():
+        return text_table([message(en="how < when", zh="方式"), "ms"],
+                          [[message(en="R&D", zh="研发"), 1.5]], ["", ".1f"], left=1)
+
+    cell = nbformat.v4.new_code_cell("d2l.show(table)")
+    monkeypatch.setenv("D2L_CAPTURE", str(tmp_path))
+    monkeypatch.setattr(i18n, "_running", cell_key(cell.source))
+    english = table()
+    monkeypatch.delenv("D2L_CAPTURE")
+    monkeypatch.setenv("D2L_LANG", "zh")
+    chinese = table()
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        "text/plain": str(english), "text/html": english._repr_html_()})]
+    zh = localized(cell, "zh", recorded(tmp_path)).outputs[0]["data"]
+    assert "how &lt; when" in english._repr_html_() and "R&amp;D" in english._repr_html_()
+    assert zh == {"text/plain": str(chinese), "text/html": chinese._repr_html_()}
+    assert "<th" in zh["text/html"] and "研发" in zh["text/html"]
+    en = localized(cell, "en", recorded(tmp_path)).outputs[0]["data"]
+    assert en == cell.outputs[0]["data"]
+
+
+def test_html_outputs_translate_texts_between_tags_only():
+    """A recorded text is replaced in an HTML output as HTML escapes it, and never inside a
+    tag: a message "left" leaves ``text-align: left`` alone."""
+    from pipeline.execute import cell_key, localized
+
+    cell = nbformat.v4.new_code_cell("display(HTML(page))")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        "text/html": '<p style="text-align: left">left: a &lt; b</p>'})]
+    texts = {cell_key(cell.source): [("left", "左"), ("a < b", "a 小于 b")]}
+    zh = localized(cell, "zh", texts).outputs[0]["data"]["text/html"]
+    assert zh == '<p style="text-align: left">左: a 小于 b</p>'
 
 
 MERGED = """# Demo

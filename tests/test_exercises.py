@@ -1,14 +1,16 @@
 """The exercises' check cells accept every right answer on every machine the book supports
-(CPU only, one GPU, several GPUs), reject wrong ones, and answer in the reader's language.
+(CPU only, one GPU, several GPUs), reject wrong ones, and answer in the reader's language;
+the checks live in ``d2l_ext.exercises``, so that no page or notebook shows an answer.
 
 The cells are taken from the chapter sources and run with the machine simulated: only the
-few names a check reads are provided.
+few names a check reads are provided (``d2l.check_exercise`` for the cell's framework).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import re
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,29 +23,65 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 from pipeline import config, sources  # noqa: E402
 
-from d2l_ext.utils import message  # noqa: E402
+from d2l_ext import exercises  # noqa: E402
+from d2l_ext.catalogue import figure_text, say  # noqa: E402
+from d2l_ext.utils import message, show  # noqa: E402
 
-D2L = SimpleNamespace(message=message)
+D2L = SimpleNamespace(message=message, say=say, figure_text=figure_text, show=show)
 
 
-def check_cell(chapter: str, marker: str, framework: str | None = None) -> str:
-    """The source of the code cell of ``chapter`` (English) that contains ``marker``."""
+class CellSource(str):
+    """A cell's source that remembers the cell's framework (``None``: both)."""
+
+    framework: str | None
+
+
+def check_cell(chapter: str, marker: str, framework: str | None = None,
+               previous: int = 0, following: int = 0) -> CellSource:
+    """The source of the code cell of ``chapter`` (English) that contains ``marker``; with
+    ``previous`` (``following``), that many code cells of the framework before (after) it
+    come with it (a cell split into the computation and its collapsed presentation runs as
+    one)."""
     parsed = sources.parse(config.CHAPTERS / "en" / f"{chapter}.md")
-    found = [c.source for c in parsed.cells if c.kind == "code" and marker in c.source
-             and c.framework == framework]
+    cells = [c.source for c in parsed.cells if c.kind == "code" and c.framework == framework]
+    found = [i for i, c in enumerate(cells) if marker in c]
     assert len(found) == 1, f"{chapter}: {len(found)} cells with {marker!r} for {framework}"
-    return found[0]
+    cell = CellSource("\n".join(cells[found[0] - previous:found[0] + 1 + following]))
+    cell.framework = framework
+    return cell
 
 
-def run(source: str, answer_line: str, lang: str = "en", **names) -> str:
-    """Run a check cell with its first line replaced by ``answer_line``; what it prints."""
+def chapter_function(chapter: str, name: str) -> str:
+    """The source of the top-level function ``name`` that a code cell of ``chapter`` defines."""
+    text = (config.CHAPTERS / "en" / f"{chapter}.md").read_text(encoding="utf-8")
+    found = re.search(rf"^def {name}\(.*?(?=^\S)", text, re.M | re.S)
+    assert found, f"{chapter}: no function {name}"
+    return found.group(0)
+
+
+def tuning_joined():
+    """The tuning chapter's ``joined`` helper, bound to the stand-in ``d2l``."""
+    names = {"d2l": D2L}
+    exec(chapter_function("tuning-tips", "joined"), names)
+    return names["joined"]
+
+
+def run(source: str, answer_line: str, lang: str = "en", framework: str | None = None,
+        **names) -> str:
+    """Run a check cell with its first line replaced by ``answer_line``; what it prints.
+
+    ``d2l.check_exercise`` checks for ``framework``, by default the cell's (``torch`` for a
+    cell of both frameworks); ``names`` may hold a real ``d2l`` module instead."""
+    framework = framework or getattr(source, "framework", None) or "torch"
+    d2l = SimpleNamespace(message=message, say=say, figure_text=figure_text,
+                          check_exercise=exercises.checker(framework))
     lines = source.splitlines()
     lines[0] = answer_line
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("D2L_LANG", lang)
         with contextlib.redirect_stdout(out):
-            exec("\n".join(lines), {"d2l": D2L} | names)
+            exec("\n".join(lines), {"d2l": d2l} | names)
     return out.getvalue()
 
 
@@ -55,14 +93,17 @@ def run(source: str, answer_line: str, lang: str = "en", **names) -> str:
 def test_async_exercise_2_torch_accepts_the_answer_of_each_device(device, right, wrong):
     cell = check_cell("async-computation", "exercise 2", "torch")
     machine = SimpleNamespace(type=device)
-    assert run(cell, f"blocking = {right!r}", device=machine) == "Correct.\n"
-    assert "Not quite" in run(cell, f"blocking = {wrong!r}", device=machine)
-    assert run(cell, f"blocking = {right!r}", "zh", device=machine) == "正确。\n"
+    assert run(cell, f"blocking = {right!r}", device=machine).startswith("Correct")
+    assert run(cell, f"blocking = {sorted(right)!r}", device=machine).startswith("Correct")
+    wrong_says = run(cell, f"blocking = {wrong!r}", device=machine)
+    assert wrong_says.startswith("Not quite") and "{" not in wrong_says  # no letters given
+    assert run(cell, f"blocking = {right!r}", "zh", device=machine).startswith("正确")
+    assert run(cell, "blocking = set()", device=machine).startswith("Exercise 2")
 
 
 def test_async_exercise_2_mxnet():
     cell = check_cell("async-computation", "exercise 2", "mxnet")
-    assert run(cell, "blocking = {'b', 'c', 'e'}") == "Correct.\n"
+    assert run(cell, "blocking = {'b', 'c', 'e'}").startswith("Correct")
     assert "Not quite" in run(cell, "blocking = {'a', 'b', 'c', 'd', 'e'}")
     assert run(cell, "blocking = set()", "zh").startswith("练习 2")
 
@@ -83,18 +124,21 @@ def test_async_exercise_1_accepts_the_model_whatever_the_machine(t1, t2, t3, mea
                  run_async=lambda count: measured_factor * predict_async(count))
     right = predict_async(4 * num_ops)
     printed = run(cell, f"prediction = {right!r}", **names)
-    assert printed.startswith("Right")
+    assert printed.startswith("Correct")
     assert "Measured" in printed
     assert run(cell, f"prediction = {right * 0.5!r}", **names).startswith("Not quite")
     assert run(cell, f"prediction = {right!r}", "zh", **names).startswith("正确")
+    assert run(cell, "prediction = None", "zh", **names).startswith("练习 1")
 
 
 # ------------------------------------------------------------ concise multi-GPU training
 def test_multi_gpu_exercise_1():
     cell = check_cell("multi-gpu-concise", "exercise 1")
-    assert run(cell, "batch_4, lr_4 = 1024, 0.4") == "Correct.\n"
+    assert run(cell, "batch_4, lr_4 = 1024, 0.4").startswith("Correct")
+    assert run(cell, "batch_4, lr_4 = 1024.0, 0.4").startswith("Correct")
     assert "Not quite" in run(cell, "batch_4, lr_4 = 256, 0.1")
-    assert run(cell, "batch_4, lr_4 = 1024, 0.4", "zh") == "正确。\n"
+    assert run(cell, "batch_4, lr_4 = 1024, 0.4", "zh").startswith("正确")
+    assert run(cell, "batch_4, lr_4 = None, None", "zh").startswith("练习 1")
 
 
 @pytest.mark.parametrize("framework", ["torch", "mxnet"])
@@ -102,12 +146,14 @@ def test_multi_gpu_exercise_2(framework, numpy_too_new):
     if framework == "mxnet" and numpy_too_new:
         pytest.skip("MXNet 1.9.1 needs numpy < 1.24")
     d2l = pytest.importorskip(f"d2l_ext.{framework}")
-    cell = check_cell("multi-gpu-concise", "exercise 2", framework)
-    names = {"torch": pytest.importorskip("torch")} if framework == "torch" else {
-        "np": pytest.importorskip("mxnet").np}
-    names["d2l"] = d2l
-    assert run(cell, "shard_sizes = [4, 3, 3]", **names) == "Correct.\n"
-    assert "Not quite" in run(cell, "shard_sizes = [5, 5, 0]", **names)
+    cell = check_cell("multi-gpu-concise", "exercise 2")
+    names = {"d2l": d2l}  # the real module: its check_exercise knows its framework
+    assert run(cell, "shard_sizes = [4, 3, 3]", **names).startswith("Correct")
+    assert run(cell, "shard_sizes = (4, 3, 3)", "zh", **names).startswith("正确")
+    wrong = run(cell, "shard_sizes = [5, 5, 0]", **names)
+    assert wrong.startswith("Not quite") and "4" not in wrong  # the hint, not the sizes
+    assert "Not quite" in run(cell, "shard_sizes = [3, 3, 4]", **names)
+    assert run(cell, "shard_sizes = None", **names).startswith("Exercise 2")
 
 
 # ------------------------------------------------------------ tuning tips
@@ -131,22 +177,28 @@ def test_tuning_exercise_2_bytes_of_gelu():
     assert run(cell, "unfused_bytes, fused_bytes = 44, 8").startswith("Correct")
     assert "Not quite" in run(cell, "unfused_bytes, fused_bytes = 40, 8")
     assert run(cell, "unfused_bytes, fused_bytes = 44, 8", "zh").startswith("正确")
+    assert run(cell, "unfused_bytes, fused_bytes = 44.0, 8.0").startswith("Correct")
+    assert run(cell, "unfused_bytes, fused_bytes = None, None").startswith("Exercise 2")
 
 
 @pytest.mark.parametrize("framework", ["torch", "mxnet"])
 def test_tuning_exercise_3_what_float16_loses(framework, numpy_too_new):
     if framework == "mxnet" and numpy_too_new:
         pytest.skip("MXNet 1.9.1 needs numpy < 1.24")
-    cell = check_cell("tuning-tips", "exercise 3", framework)
-    names = {"torch": pytest.importorskip("torch")} if framework == "torch" else {
-        "np": pytest.importorskip("mxnet").np}
+    if framework == "torch":
+        pytest.importorskip("torch")
+    cell = check_cell("tuning-tips", "exercise 3")  # one cell: the check knows the framework
     right = "zero_in_fp16, zero_in_bf16 = {1e-8, 1e-9}, set()"
-    assert run(cell, right, **names) == "Correct.\n"
-    assert run(cell, "zero_in_fp16, zero_in_bf16 = [1e-9, 1e-8], []", **names) == "Correct.\n"
-    wrong = run(cell, "zero_in_fp16, zero_in_bf16 = {1e-6, 1e-8, 1e-9}, set()", **names)
+    assert run(cell, right, framework=framework).startswith("Correct")
+    assert run(cell, "zero_in_fp16, zero_in_bf16 = [1e-9, 1e-8], []",
+               framework=framework).startswith("Correct")
+    wrong = run(cell, "zero_in_fp16, zero_in_bf16 = {1e-6, 1e-8, 1e-9}, set()",
+                framework=framework)
     assert "Not quite" in wrong and "6e-8" in wrong  # a hint, not the answer
     assert "1e-09" not in wrong and "1e-08" not in wrong
-    assert run(cell, right, "zh", **names) == "正确。\n"
+    assert run(cell, right, "zh", framework=framework).startswith("正确")
+    assert run(cell, "zero_in_fp16, zero_in_bf16 = None, None", "zh",
+               framework=framework).startswith("练习 3")
 
 
 def test_tuning_versus_follows_the_ranges():
@@ -176,8 +228,10 @@ def ladder_cell(marker, lang, **names):
     """A torch cell of the speed ladder (the one holding ``marker``) run on made-up names."""
     from d2l_ext.utils import Timing
 
-    d2l = SimpleNamespace(message=message, Timing=Timing)
+    d2l = SimpleNamespace(message=message, say=say, figure_text=figure_text, Timing=Timing,
+                          show=show)
     names = {"d2l": d2l, "statistics": __import__("statistics"), **names}
+    exec(chapter_function("tuning-tips", "joined"), names)
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("D2L_LANG", lang)
@@ -226,7 +280,7 @@ def test_the_ladder_summary_follows_the_rounds(device_type, lang):
     from d2l_ext import ladder
 
     results = made_up_ladder(device_type)
-    _, names = ladder_cell("verdicts_says = d2l.message(", lang, results=results, ladder=ladder,
+    _, names = ladder_cell("verdicts_says = joined(", lang, results=results, ladder=ladder,
                            device=SimpleNamespace(type=device_type), false_alarm=0.0625,
                            on_gpu=device_type == "cuda", is_mfu=False,
                            ladder_peak_says=message(en="the fastest rate", zh="最快速率"))
@@ -273,7 +327,7 @@ def test_the_fused_rung_is_checked_against_the_update_timed_alone(ratios, agrees
     results = [result("d2l's loop", [0.2] * 3), result("+ bf16 autocast", [0.1] * 3),
                result("+ fused SGD", [0.1 * r for r in ratios], verdict, ratios)]
     ladder_update = {"loop": Timing((0.002,)), "fused": Timing((0.001,))}
-    _, names = ladder_cell("verdicts_says = d2l.message(", "en", results=results, ladder=ladder,
+    _, names = ladder_cell("verdicts_says = joined(", "en", results=results, ladder=ladder,
                            device=SimpleNamespace(type="cpu"), false_alarm=0.0625,
                            on_gpu=False, ladder_update=ladder_update, is_mfu=True,
                            default_update="loop",
@@ -333,7 +387,8 @@ def cost_model_verdict(step_medians, probe, spread=1.1, spreads=None, probe_spre
 
     matmul, optimizer, elementwise, other, wall = (x / 1e3 for x in probe_parts)
     spreads = spreads or {}
-    names = {"d2l": D2L, "text_table": text_table, "batch_size": batch_size, "on_gpu": on_gpu,
+    names = {"d2l": D2L, "joined": tuning_joined(), "text_table": text_table,
+             "batch_size": batch_size, "on_gpu": on_gpu,
              "step_timing": {b: timing(t, spreads.get(b, spread))
                              for b, t in step_medians.items()},
              "overhead": timing(probe, probe_spread or spread),
@@ -341,7 +396,7 @@ def cost_model_verdict(step_medians, probe, spread=1.1, spreads=None, probe_spre
                  {"matmul": matmul, "optimizer": optimizer, "elementwise": elementwise,
                   "other": other}, wall, 3, "cuda" if on_gpu else "cpu")}
     with contextlib.redirect_stdout(io.StringIO()):
-        exec(check_cell("tuning-tips", "fit_says = d2l.message("), names)
+        exec(check_cell("tuning-tips", "fit_says = d2l.say(", previous=1), names)
     return names
 
 
@@ -422,14 +477,15 @@ def test_tuning_mixed_precision_sentence_without_bf16(monkeypatch, capability, b
     def measure_in_turns(functions, repeats=5):
         return {name: Timing((speeds[name],) * repeats) for name in functions}
 
-    names = {"d2l": D2L, "torch": torch, "ladder": ladder, "tuning": tuning,
+    names = {"d2l": D2L, "joined": tuning_joined(), "torch": torch, "ladder": ladder,
+             "tuning": tuning,
              "measure_in_turns": measure_in_turns, "random_batch": lambda b: (None, None),
              "device": SimpleNamespace(type="cuda"), "on_gpu": True, "large": 8, "small": 2,
              "rates": {"fp32": 1.0, "bf16": 16.0} | ({"tf32": 8.0} if tf32 else {}),
              "conv_rates": {"fp32": 1.0, "bf16": 3.0}, "kept_all": lambda *keys: None}
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")  # a CUDA GradScaler made without CUDA disables itself
-        exec(check_cell("tuning-tips", "bf16_says = d2l.message(", "torch"), names)
+        exec(check_cell("tuning-tips", "bf16_says = d2l.say(", "torch", previous=1), names)
     says = names["bf16_says"].en
     assert "nan" not in says
     if bf16_timed:
@@ -459,12 +515,12 @@ def compiled_gelu_sentences(compiled, eager, split=None, copy=(0.1, 0.1, 0.1),
         host, device = Timing((host / 1e6,) * 3), Timing((device / 1e6,) * 3)
         return SplitTime(device, host, device, on_cpu=False)
 
-    names = {"d2l": D2L, "x": SimpleNamespace(numel=lambda: 1_000_000),
+    names = {"d2l": D2L, "joined": tuning_joined(), "x": SimpleNamespace(numel=lambda: 1_000_000),
              "gelu_timing": {"copy": ms(copy), "clone": ms(copy), "unfused": ms(unfused),
                              "compiled": ms(compiled), "F.gelu": ms(eager)},
              "gelu_split": {k: us(*v) for k, v in (split or {}).items()}}
     with contextlib.redirect_stdout(io.StringIO()):
-        exec(check_cell("tuning-tips", "compiled_says = d2l.message(", "torch"), names)
+        exec(check_cell("tuning-tips", "compiled_says = d2l.say(", "torch", previous=1), names)
     return names
 
 
@@ -511,8 +567,8 @@ def test_tuning_key_figures_line_up_with_the_books_gpu_run(device_type):
     def alike(*timings):
         return tuple(t.median for t in timings)
 
-    d2l = SimpleNamespace(message=message, gpu_runs=SimpleNamespace(table=table,
-                                                                   load=gpu_runs.load))
+    d2l = SimpleNamespace(message=message, say=say, figure_text=figure_text, show=show,
+                          gpu_runs=SimpleNamespace(table=table, load=gpu_runs.load))
     on_gpu = device_type == "cuda"
     rates = {"fp32": 50e12, "bf16": 700e12} | ({"tf32": 350e12} if on_gpu else {})
     sheet = datasheets.for_gpu("NVIDIA H100 80GB HBM3") if on_gpu else None
@@ -542,8 +598,10 @@ def test_tuning_key_figures_line_up_with_the_books_gpu_run(device_type):
               "statistics": __import__("statistics"),
               "target_runs": [ladder.TargetRun(Text(top.name.en, top.name.zh), s, True, 0.91,
                                                3.0, 10.0 + s, 4.0) for s in (0, 1)]}
+    exec(chapter_function("tuning-tips", "joined"), names)
     with contextlib.redirect_stdout(io.StringIO()):
-        for marker in ("datasheet_rows = [", "growth_pair = alike(", "parts_en, parts_zh = "):
+        for marker in ("datasheet_rows = [", "growth_pair = alike(",
+                       'parts.append(d2l.say("tuning-tips/gpu-run-bf16-'):
             exec(check_cell("tuning-tips", marker, "torch"), names)
     record = gpu_runs.load("tuning-tips")
     kept_labels = {f.en for f in record.figures}
@@ -607,18 +665,21 @@ def test_tuning_host_or_device_bound_at_the_ladders_batch(device_type, probe_ms,
         return breakdown.Breakdown(seconds, wall_ms / 1e3, 1, device_type)
 
     made = iter([profile(kernels_ms, 16.0), profile(42.0, 53.6)])  # batch 256, then 1024
-    names = {"d2l": D2L, "device": SimpleNamespace(type=device_type), "batch_size": 256,
+    names = {"d2l": D2L, "joined": tuning_joined(), "device": SimpleNamespace(type=device_type),
+             "batch_size": 256,
              "large": 1024, "inputs": {}, "train_step": None, "flops_per_image": 2.7e9,
              "peak": 350e12, "probe_seconds": probe_ms / 1e3, "ladder_share": 0.7,
              "ladder_pair": (probe_ms / 1e3, 0.015), "step_seconds": {256: 0.015, 1024: 0.0425},
              "breakdown": SimpleNamespace(torch_step=lambda step, device, steps: next(made))}
-    exec(check_cell("tuning-tips", "profiles = {b: breakdown.torch_step(", "torch"), names)
+    exec(check_cell("tuning-tips", "profiles = {b: breakdown.torch_step(", "torch",
+                    following=1), names)
     assert verdict in names["bound_says"].en
     assert "The profiler made the step 11.1 ms slower" in names["profiler_says"].en
     assert "the convolutions themselves run below that rate" in names["conv_says"].en
     names["peak"] = 50e12  # a reference that the convolutions outran: no ceiling
     made = iter([profile(kernels_ms, 16.0), profile(42.0, 53.6)])
-    exec(check_cell("tuning-tips", "profiles = {b: breakdown.torch_step(", "torch"), names)
+    exec(check_cell("tuning-tips", "profiles = {b: breakdown.torch_step(", "torch",
+                    following=1), names)
     assert "which is therefore no ceiling" in names["conv_says"].en
     if device_type == "cuda":
         assert "the same step took 42.5 ms against 42.0 ms of kernels, so the device was idle " \
@@ -630,13 +691,14 @@ def test_tuning_host_or_device_bound_at_the_ladders_batch(device_type, probe_ms,
 def test_sync_exercise_1_which_operations_wait(framework):
     """The same letters on every machine: the question is about a CUDA device (PyTorch) or
     about MXNet's engine, which queues on a CPU too."""
-    cell = check_cell("host-device-sync", "exercise 1", framework)
-    assert run(cell, "syncing = {'c', 'd', 'f'}").startswith("Correct")
-    assert run(cell, "syncing = ['f', 'd', 'c']").startswith("Correct")
-    assert "Not quite" in run(cell, "syncing = {'b', 'c', 'd', 'f'}")
-    assert "Not quite" in run(cell, "syncing = set()")  # a CPU answer for PyTorch: none
-    assert run(cell, "syncing = {'c', 'd', 'f'}", "zh").startswith("正确")
-    assert run(cell, "syncing = None", "zh").startswith("练习 1")
+    cell = check_cell("host-device-sync", "exercise 1")  # one cell for both frameworks
+    say = {"torch": "a size", "mxnet": "on a CPU too"}[framework]  # each framework's reason
+    assert say in run(cell, "syncing = {'c', 'd', 'f'}", framework=framework)
+    assert run(cell, "syncing = ['f', 'd', 'c']", framework=framework).startswith("Correct")
+    assert "Not quite" in run(cell, "syncing = {'b', 'c', 'd', 'f'}", framework=framework)
+    assert "Not quite" in run(cell, "syncing = set()", framework=framework)  # none
+    assert run(cell, "syncing = {'c', 'd', 'f'}", "zh", framework=framework).startswith("正确")
+    assert run(cell, "syncing = None", "zh", framework=framework).startswith("练习 1")
 
 
 def test_sync_exercise_2_counting_steps():
@@ -644,6 +706,8 @@ def test_sync_exercise_2_counting_steps():
     assert run(cell, "num_steps_answer, num_distinct_answer = 3, 4").startswith("Correct")
     assert "Not quite" in run(cell, "num_steps_answer, num_distinct_answer = 7, 8")
     assert run(cell, "num_steps_answer, num_distinct_answer = 3, 4", "zh").startswith("正确")
+    assert run(cell, "num_steps_answer, num_distinct_answer = None, None").startswith(
+        "Exercise 2")
 
 
 @pytest.mark.parametrize("framework, counts, right, forgot", [
@@ -687,6 +751,7 @@ def test_gpu_basics_exercise_2_training_state():
     assert "Not quite" in run(cell, "training_state_mb = 80")  # forgot the momentum
     assert "Not quite" in run(cell, "training_state_mb = 114.4")  # MiB, not MB
     assert run(cell, "training_state_mb = 120.0", "zh").startswith("正确")
+    assert run(cell, "training_state_mb = None").startswith("Exercise 2")
 
 
 def test_gpu_basics_exercise_3_arithmetic_intensity_of_a_batch():
@@ -715,6 +780,7 @@ def test_gpu_basics_exercise_4_torch_what_orders_the_streams():
     assert "Not quite" in run(cell, "makes_it_right = {'a', 'b', 'c'}")
     assert "Not quite" in run(cell, "makes_it_right = {'A'}")
     assert run(cell, "makes_it_right = {'a', 'b'}", "zh").startswith("正确")
+    assert run(cell, "makes_it_right = None").startswith("Exercise 4")
 
 
 def test_gpu_basics_exercise_4_mxnet_what_the_engine_orders():
@@ -733,14 +799,17 @@ def test_gpu_basics_exercise_5_batchnorm_over_two_devices(framework):
     """The data-parallel check always runs on at least two devices (every GPU when there are
     two or more, else two CPU stand-ins), so on every machine the slices' statistics differ:
     the answer is False, however it is written."""
-    cell = check_cell("gpu-basics", "exercise 5", framework)
-    assert run(cell, "bn_outputs_match = False").startswith("Correct")
+    cell = check_cell("gpu-basics", "exercise 5")  # one cell for both frameworks
+    says = run(cell, "bn_outputs_match = False", framework=framework)
+    assert says.startswith("Correct")
+    assert ("nn.SyncBatchNorm would not help" in says) == (framework == "torch")
     for other_form in ("0", "'False'", "'false'"):  # the same answer, written otherwise
-        assert run(cell, f"bn_outputs_match = {other_form}").startswith("Correct")
+        assert run(cell, f"bn_outputs_match = {other_form}",
+                   framework=framework).startswith("Correct")
     for wrong in ("True", "1", "'True'"):
-        assert "Not quite" in run(cell, f"bn_outputs_match = {wrong}")
-    assert run(cell, "bn_outputs_match = False", "zh").startswith("正确")
-    assert run(cell, "bn_outputs_match = None", "zh").startswith("练习 5")
+        assert "Not quite" in run(cell, f"bn_outputs_match = {wrong}", framework=framework)
+    assert run(cell, "bn_outputs_match = False", "zh", framework=framework).startswith("正确")
+    assert run(cell, "bn_outputs_match = None", "zh", framework=framework).startswith("练习 5")
 
 
 # ------------------------------------------------------------ communication
@@ -760,6 +829,7 @@ def test_communication_exercise_2_ring_and_server_times():
     assert run(cell, "ring_ms, server_ms = 15.30, 60.30", "zh").startswith("正确")
     assert "Not quite" in run(cell, "ring_ms, server_ms = 15.0, 60.0")  # no latencies
     assert "Not quite" in run(cell, "ring_ms, server_ms = 60.3, 15.3")  # swapped
+    assert "15.3" not in run(cell, "ring_ms, server_ms = 15.0, 60.0")  # the hint, no answer
     assert run(cell, "ring_ms, server_ms = None, None").startswith("Exercise 2")
 
 
@@ -872,3 +942,172 @@ def test_memory_exercise_9_sequences_that_fit_under_zero_3():
     for wrong in (0, 3, 12):  # unsharded; sharded weights only; ...
         assert run(cell, f"sequences_per_gpu = {wrong}").startswith("Not quite")
     assert run(cell, "sequences_per_gpu = None", "zh").startswith("练习 9")
+
+
+# ------------------------------------------------------------ the checks in d2l_ext.exercises
+CALL = re.compile(r'd2l\.check_exercise\(\s*"(?P<chapter>[\w-]+)",\s*(?P<number>\d+)')
+EXERCISES_HEADING = {"en": "## Exercises", "zh": "## 练习"}
+
+
+def exercise_cells(chapter: sources.Chapter) -> list[sources.Cell]:
+    """The code cells from the chapter's Exercises heading to its end."""
+    heading = EXERCISES_HEADING[chapter.lang]
+    start = next((i for i, c in enumerate(chapter.cells) if c.kind == "markdown"
+                  and heading in c.source.split("\n")), None)
+    return [] if start is None else [c for c in chapter.cells[start:] if c.kind == "code"]
+
+
+def page_calls() -> set[tuple[str, str, int, str | None]]:
+    """Every (language, chapter, number, framework) that a page's check cell calls."""
+    calls = set()
+    for chapter in sources.chapters():
+        for cell in exercise_cells(chapter):
+            for match in CALL.finditer(cell.source):
+                assert match["chapter"] == chapter.name, (chapter.path, match.group(0))
+                calls.add((chapter.lang, chapter.name, int(match["number"]), cell.framework))
+    return calls
+
+
+def test_every_check_a_page_calls_exists_for_its_frameworks():
+    calls = page_calls()
+    assert {lang for lang, *_ in calls} == {"en", "zh"}
+    assert {(c, n, f) for lang, c, n, f in calls if lang == "en"} == {
+        (c, n, f) for lang, c, n, f in calls if lang == "zh"}
+    for _, chapter, number, framework in calls:
+        for each in [framework] if framework else list(exercises.FRAMEWORKS):
+            exercises.check(chapter, number, None, framework=each)  # raises if unknown
+    called = {(c, n) for _, c, n, _ in calls}
+    assert {(c, n) for c, n, _ in exercises.exercises()} == called  # none left unused
+    assert len(called) >= 25
+
+
+def test_no_exercise_cell_shows_an_answer():
+    """The pages hold no condition and no verdict: no ``==``, no "Correct" (nor its
+    Chinese) in any code cell from the Exercises heading on, in either language."""
+    checked = 0
+    for chapter in sources.chapters():
+        cells = exercise_cells(chapter)
+        assert cells, f"{chapter.path}: no exercise cells found"
+        for cell in cells:
+            checked += 1
+            for shown in ("==", "Correct", "正确"):
+                assert shown not in cell.source, f"{chapter.path}: {shown!r} in\n{cell.source}"
+    assert checked >= 2 * 25
+
+
+@pytest.mark.parametrize("lang, start", [("en", "Exercise {n}: "), ("zh", "练习 {n}：")])
+def test_an_unset_answer_gets_the_prompt_in_the_readers_language(monkeypatch, lang, start):
+    monkeypatch.setenv("D2L_LANG", lang)
+    for chapter, number, framework in exercises.exercises():
+        said = exercises.check(chapter, number, None, framework=framework or "mxnet")
+        assert said.startswith(start.format(n=number)), (chapter, number, said)
+        assert isinstance(said, exercises.Text) and said.en != said.zh
+    assert exercises.check("memory", 1, (24, None)).startswith(start.format(n=1))  # half set
+
+
+def test_unknown_exercises_and_missing_run_variables_raise_clear_errors():
+    with pytest.raises(exercises.ExerciseError, match="no exercises are checked for chapter "
+                       "'memroy'; known chapters: async-computation"):
+        exercises.check("memroy", 1, 24)
+    with pytest.raises(exercises.ExerciseError, match="'memory' has no checked exercise 3; "
+                       "checked: 1, 2, 7, 8, 9"):
+        exercises.check("memory", 3, 1)
+    with pytest.raises(exercises.ExerciseError, match="differs between torch and mxnet"):
+        exercises.check("gpu-basics", 4, {"a"})
+    with pytest.raises(exercises.ExerciseError, match="no checked exercise 3 for torch"):
+        exercises.check("communication", 3, None, framework="torch")
+    with pytest.raises(ValueError, match="framework must be one of"):
+        exercises.checker("jax")
+    with pytest.raises(exercises.ExerciseError, match="pass costs=costs, final=final"):
+        exercises.check("host-device-sync", 5, (7, 1), framework="torch")
+
+
+def test_the_frameworks_d2l_export_their_check(numpy_too_new):
+    d2l = pytest.importorskip("d2l_ext.torch")
+    assert d2l.check_exercise("gpu-basics", 4, {"a", "b"}).startswith("Correct")
+    assert d2l.check_exercise("gpu-basics", 4, {"d"}).startswith("Not quite")
+    assert "check_exercise" in d2l.__all__
+    if not numpy_too_new:
+        mx_d2l = pytest.importorskip("d2l_ext.mxnet")
+        assert mx_d2l.check_exercise("gpu-basics", 4, {"d"}).startswith("Correct")
+
+
+@pytest.mark.parametrize("outcome, starts", [("agree", "Correct"), ("rank 1 wrong", "Not quite"),
+                                             ("a rank failed", "Not quite")])
+def test_communication_exercise_4_torch_reports_each_rank(monkeypatch, outcome, starts):
+    """The reader's all-reduce is run by comm.spawn on 2 and 4 processes (simulated here):
+    every rank's checks passed, one rank's result wrong, or a rank that raised."""
+    from d2l_ext import comm
+
+    def spawn(fn, k, function, lengths, timeout):
+        assert fn is matches and function is reader and timeout == 60
+        if outcome == "a rank failed":
+            raise RuntimeError("rank 1 of 2 failed:\nTraceback ...\nNotImplementedError: "
+                               "exercise 4: write this function")
+        return [[outcome == "agree" or rank != 1] * len(lengths) for rank in range(k)]
+
+    def matches(*args):
+        raise AssertionError("runs in the ranks only")
+
+    def reader(x):
+        return x
+
+    monkeypatch.setattr(comm, "spawn", spawn)
+    cell = check_cell("communication", "# exercise 4: True once", "torch")
+    said = run(cell, "written = False", comm_lab=SimpleNamespace(matches_all_reduce=matches))
+    assert said.startswith("Exercise 4: write recursive_doubling_all_reduce")
+    exercise_4 = exercises.checker("torch")
+    said = exercise_4("communication", 4, reader, matches=matches)
+    assert said.startswith(starts)
+    if outcome == "rank 1 wrong":
+        assert "with 2 processes, rank(s) [1] did not end" in said
+    if outcome == "a rank failed":
+        assert "(NotImplementedError: exercise 4: write this function)" in said
+
+
+def test_a_dropdown_becomes_a_collapsed_block_in_the_notebooks():
+    """Worked solutions sit in a ``{dropdown}`` (sphinx-design, folded on the site); the
+    notebooks' plain markdown folds them too, in an HTML <details> block."""
+    from pipeline import plain
+
+    ctx = plain.Context("en", {}, "https://example.org/en/")
+    text = plain.plain(":::{dropdown} Worked solutions\nExercise 1: $2 \\times 3$ = **6**.\n:::",
+                       ctx)
+    assert text.startswith("<details>\n<summary>Worked solutions</summary>\n\n")
+    assert "Exercise 1: $2 \\times 3$ = **6**." in text and text.endswith("</details>")
+    admonition = plain.plain(":::{admonition} Solution\n:class: dropdown\nSix.\n:::", ctx)
+    assert admonition.startswith("<details>\n<summary>Solution</summary>")
+    assert plain.plain(":::{note}\nOpen.\n:::", ctx).startswith(">")  # others stay quotes
+
+
+@pytest.mark.parametrize("framework", ["torch", "mxnet"])
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_every_exercise_cell_runs_as_committed_and_prompts(monkeypatch, numpy_too_new,
+                                                           framework, lang):
+    """Each edition's exercise cells, as a notebook runs them (answers unset), with the real
+    ``d2l`` of the framework and stand-ins for the run's variables: every check cell prints
+    its exercise's prompt in the edition's language, and nothing else."""
+    if framework == "mxnet" and numpy_too_new:
+        pytest.skip("MXNet 1.9.1 needs numpy < 1.24")
+    import importlib
+
+    d2l = pytest.importorskip(f"d2l_ext.{framework}")
+    monkeypatch.setenv("D2L_LANG", lang)
+    start = {"en": "Exercise ", "zh": "练习 "}[lang]
+    prompted = 0
+    for chapter in sources.chapters(lang):
+        names = {"d2l": d2l, "importlib": importlib, "num_ops": 10,
+                 "predict_async": lambda count: 1.0, "run_async": lambda count: 1.0,
+                 "device": SimpleNamespace(type="cpu"), "costs": {}, "final": "",
+                 "comm_lab": SimpleNamespace(matches_all_reduce=None), "integer_data": None}
+        for cell in exercise_cells(chapter):
+            if cell.framework not in (None, framework) or cell.source.startswith("%%"):
+                continue
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(cell.source, names)
+            if "check_exercise" in cell.source:
+                said = out.getvalue()
+                assert said.startswith(start) and said.count("\n") == 1, (chapter.path, said)
+                prompted += 1
+    assert prompted >= 20

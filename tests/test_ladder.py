@@ -310,6 +310,16 @@ def test_the_ladder_runs_its_cpu_rungs_for_real(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "built and warmed up" in out and "per step" in out
     assert len(ladder.table(results).splitlines()) == len(results) + 1
+    whole = ladder.table(results)
+    times, analysis = (ladder.table(results, part=p) for p in ("times", "analysis"))
+    assert times.columns[0] == analysis.columns[0] == whole.columns[0]  # the rung opens both
+    assert len(times.columns) + len(analysis.columns) == len(whole.columns) + 1
+    assert [row[0] for row in times.cells] == [row[0] for row in whole.cells]
+    assert times.cells[0][1:] == whole.cells[0][1:9]
+    assert analysis.cells[0][1:] == whole.cells[0][9:]
+    assert "MFU" in analysis.columns[-1] and "verdict" in times.columns[-1]
+    with pytest.raises(ValueError, match="part must be one of"):
+        ladder.table(results, part="speed")
 
 
 @pytest.mark.usefixtures("fmnist_dir")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import re
 import shutil
 import sys
 import threading
@@ -167,10 +168,53 @@ def _footer_names_the_licences(page, name, lang):
     assert (ROOT / "LICENSE-TEXT.md").is_file() and (ROOT / "LICENSE").is_file()
 
 
+#: The outermost elements that stick out past the right edge of the window with no box of
+#: their own that scrolls or clips them (what makes a page scroll sideways as a whole).
+_STICKING_OUT = """() => {
+  const right = document.documentElement.clientWidth + 1;
+  const held = e => {
+    for (let box = e.parentElement; box && box !== document.body; box = box.parentElement)
+      if (getComputedStyle(box).overflowX !== 'visible')
+        return box.getBoundingClientRect().right <= right;
+    return false;
+  };
+  const out = [...document.querySelectorAll('body *')].filter(e => {
+    const r = e.getBoundingClientRect();
+    return r.width > 0 && r.right > right && getComputedStyle(e).position !== 'fixed' && !held(e);
+  });
+  return out.filter(e => !out.includes(e.parentElement)).slice(0, 10).map(e =>
+    `${e.tagName.toLowerCase()}.${[...e.classList].join('.')} to ${Math.round(
+      e.getBoundingClientRect().right)} px: ${e.textContent.trim().slice(0, 60)}`);
+}"""
+
+
+def _sideways(page) -> list[str]:
+    """[] where the page is no wider than its window, else what sticks out of it."""
+    if page.evaluate("() => document.documentElement.scrollWidth"
+                     " <= document.documentElement.clientWidth"):
+        return []
+    return page.evaluate(_STICKING_OUT) or ["the page is wider than the window"]
+
+
+def _fits_a_phone(page, name, lang):
+    """At a phone's width (390 px) the page does not scroll sideways as a whole, under either
+    framework's tab: tables and code scroll in their own boxes, long inline code wraps."""
+    size = page.viewport_size
+    page.set_viewport_size(VIEWPORTS["phone"])
+    try:
+        for fw in ("torch", "mxnet"):
+            page.locator(f".book-bar .fw-tab[data-fw={fw}]").click()
+            wide = _sideways(page)
+            assert wide == [], f"{fw} tab at {VIEWPORTS['phone']['width']} px: {wide}"
+    finally:
+        page.set_viewport_size(size)
+
+
 #: The checks that every chapter gets, in the order they run on each language's page (the
 #: formulas first, on the page as loaded, before any tab is clicked).
 GENERIC_CHECKS = {"formulas": _formulas_render, "links": _links_point_at_notebooks,
-                  "images": _images_load, "licence": _footer_names_the_licences}
+                  "images": _images_load, "licence": _footer_names_the_licences,
+                  "phone width": _fits_a_phone}
 
 
 def _switch_language(page, name, lang):
@@ -332,6 +376,13 @@ def test_formulas_render_without_internet(visits, name):
     assert visit.errors == []
 
 
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_no_chapter_scrolls_sideways_on_a_phone(visits, name):
+    visit = visits(name)
+    for lang in LANGS:
+        visit.verdict("phone width", lang)
+
+
 # ---- Pages of their own ----
 
 
@@ -449,11 +500,13 @@ def test_tuning_page_shows_each_framework_its_own_ladder(page, lang):
     ladder under the MXNet tab; each hides when the other framework is chosen."""
     page.locator(".book-bar .fw-tab[data-fw=torch]").click()
     torch_ladder = page.locator(".tag_torch", has_text="ladder.run(rungs")
-    torch_table = page.locator(".tag_torch", has_text="print(ladder.table(results")
+    torch_table = page.locator(".tag_torch", has_text="d2l.show(ladder.table(results")
+    torch_chart = page.locator(".tag_torch", has_text="ladder.plot(results)")
     mxnet_ladder = page.locator(".tag_mxnet", has_text="mx_rungs = [")
     assert torch_ladder.is_visible() and not mxnet_ladder.is_visible()
     assert {"en": "x previous", "zh": "相对前一级"}[lang] in torch_table.inner_text()  # the run
-    assert torch_table.locator("img").count() >= 1  # the bar chart
+    assert torch_table.locator("table.d2l-table").count() == 2  # times, then analysis
+    assert torch_chart.locator("img").count() >= 1  # the bar chart
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert mxnet_ladder.is_visible() and not torch_ladder.is_visible()
     assert page.errors == []
@@ -468,8 +521,8 @@ def test_sync_page_shows_each_framework_its_losses_and_timeline(page, lang):
     assert fix.is_visible() and timeline.is_visible() and not mx_loss.is_visible()
     assert timeline.locator("img").count() == 1  # the timeline drawn from the trace
     # the table of synchronisations, one cell with each framework's output from its run
-    counts = page.locator(".tag_torch", has_text="LOSS = d2l.message(")
-    mx_counts = page.locator(".tag_mxnet", has_text="LOSS = d2l.message(")
+    counts = page.locator(".tag_torch", has_text="LOSS = d2l.say(")
+    mx_counts = page.locator(".tag_mxnet", has_text="LOSS = d2l.say(")
     assert "ignore_index" in counts.inner_text() and not mx_counts.is_visible()  # from the run
     table = counts.locator(".cell_output").inner_text()  # in the reader's language
     assert ("同步次数/步" in table) == (lang == "zh") and ("syncs/step" in table) == (lang == "en")
@@ -477,6 +530,13 @@ def test_sync_page_shows_each_framework_its_losses_and_timeline(page, lang):
     assert mx_loss.is_visible() and not fix.is_visible()
     assert "no_blocking" in mx_counts.inner_text() and not counts.is_visible()
     assert page.errors == []
+
+
+def _with_next(cell) -> str:
+    """The text a reader sees in a code cell and in the cell right after it (a computation
+    and its collapsed presentation: the output is in the second)."""
+    following = cell.locator("xpath=following-sibling::div[contains(@class, 'cell')][1]")
+    return cell.inner_text() + "\n" + following.inner_text()
 
 
 @page_check("gpu-basics")
@@ -494,7 +554,7 @@ def test_gpu_basics_page_shows_each_framework_its_data_parallel(page, lang):
     assert primitives.is_visible() and hogwild.is_visible() and not mx_version.is_visible()
     assert torch_check.is_visible() and not mx_check.is_visible()
     # the table, from the run, in the page's language
-    assert {"en": "vs one device", "zh": "与单设备相比"}[lang] in check.inner_text()
+    assert {"en": "vs one device", "zh": "与单设备相比"}[lang] in _with_next(check)
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert mx_version.is_visible() and not primitives.is_visible()
     assert mx_check.is_visible() and not torch_check.is_visible()  # each its own exercises
@@ -513,7 +573,7 @@ def test_communication_page_shows_each_framework_its_own_messages(page, lang):
     server_job = page.locator(".tag_mxnet", has_text="%%writefile ps_hello.py")
     assert ring.is_visible() and check.is_visible() and not server_job.is_visible()
     assert {"en": "ring yes, server yes", "zh": "环形是，服务器式是"}[lang] in \
-        check.inner_text()
+        _with_next(check)
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert server_job.is_visible() and not ring.is_visible()
     assert page.errors == []
@@ -530,7 +590,7 @@ def test_memory_page_shows_each_framework_its_own_counter(page, lang):
     mx_counter = page.locator(".tag_mxnet", has_text="counter = mxnet_memory.StorageCounter()")
     assert counting.is_visible() and sharding.is_visible() and not mx_counter.is_visible()
     assert {"en": "measured - predicted, bytes", "zh": "实测 \u2212 预测（字节）"}[lang] in \
-        counting.inner_text()
+        _with_next(counting)
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert mx_counter.is_visible() and not counting.is_visible()
     assert page.errors == []
@@ -583,6 +643,30 @@ def phone_or_desktop(browser, request):
 def test_site_address_is_set_once():
     assert SITE_ADDRESS.startswith("https://"), "html.baseurl in _config.yml"
     assert REPOSITORY.startswith("https://github.com/")
+
+
+#: Interface words of the themes that a Simplified Chinese page must not show.
+NOT_ZH_UI = ("列印", "Search this book", "Color mode", "System Settings", "Copyright",
+             "Toggle primary sidebar", "Toggle secondary sidebar", "Show code cell")
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_chinese_pages_speak_simplified_chinese_in_the_interface(site_url, path):
+    """The themes' words on a zh page (everything but the article): 打印 (not the
+    Traditional 列印), the search box's placeholder, the author line, the colour switch and
+    the copyright line in Chinese."""
+    page = _html("zh", path)
+    assert "列印" not in str(page) and "Show code cell" not in str(page)  # collapsed cells too
+    for article in page.select("article"):
+        article.decompose()
+    assert [word for word in NOT_ZH_UI if word in str(page)] == []
+    boxes = page.select("input[name=q]")
+    assert boxes and all(box["placeholder"].startswith("搜索") for box in boxes)
+    author = CONFIG["author_by_language"]["zh"]
+    assert page.select_one(".component-author").get_text(strip=True) == f"作者：{author}"
+    prints = page.select("button.btn-download-pdf-button")
+    assert all(button["title"] == "打印为 PDF" for button in prints)
+    assert prints or path == "search.html"  # every page but the search page can be printed
 
 
 @pytest.mark.parametrize("lang", LANGS)
@@ -738,6 +822,24 @@ def test_problem_report_link_shows_in_the_page_language(phone_or_desktop, site_u
     assert page.errors == []
 
 
+@pytest.mark.parametrize("phone_or_desktop", ["phone"], indirect=True)
+@pytest.mark.parametrize("lang", LANGS)
+def test_landing_and_search_pages_do_not_scroll_sideways_on_a_phone(phone_or_desktop, site_url,
+                                                                    lang):
+    """The pages that are not chapters (those are checked in their visit) fit a phone's
+    width, the search page with its results shown."""
+    page = phone_or_desktop
+    page.goto(f"{site_url}/{lang}/index.html")
+    page.wait_for_load_state("load")
+    assert _sideways(page) == []
+    page.goto(f"{site_url}/{lang}/search.html?q=torch")
+    page.wait_for_function(  # the search finished, its snippets shown
+        "() => document.querySelectorAll('#search-results li p.context').length > 0",
+        timeout=20_000)
+    assert _sideways(page) == []
+    assert page.errors == []
+
+
 #: Words found both in the chapters' prose and in their code cells or formulas.
 SNIPPET_SEARCHES = {"en": ["import", "alpha", "barrier"], "zh": ["import", "alpha", "屏障"]}
 
@@ -839,3 +941,82 @@ def test_description_is_plain_text_of_the_first_paragraph():
     long = described("T\n=\n\n" + "Word " * 60 + "end. Next sentence.\n")
     assert long.endswith("…") and book_meta.width(long) <= book_meta.DESCRIPTION_WIDTH + 1
     assert described("标题\n====\n\n第一句。第二句，带公式 :math:`x^2`。\n") == "第一句。"
+
+
+# ---- Figures: numbered, captioned, described in the page's language, enlarged on a tap ----
+
+HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+FIGURE_LABEL = {"en": "Figure", "zh": "图"}
+
+
+def _notebook_figure_numbers(lang: str, name: str) -> set[str]:
+    """The numbers that the captions of the chapter's notebooks (both frameworks) carry."""
+    found = set()
+    for fw in ("torch", "mxnet"):
+        notebook = json.loads((ROOT / "notebooks" / lang / fw / f"{name}.ipynb").read_text(
+            encoding="utf-8"))
+        for cell in notebook["cells"]:
+            if cell["cell_type"] == "markdown":
+                text = "".join(cell["source"])
+                found |= set(re.findall(rf"\*\*{FIGURE_LABEL[lang]} (\d+\.\d+)\*\*", text))
+    return found
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_every_figure_is_numbered_captioned_and_described_in_the_page_language(site_url, lang,
+                                                                               name):
+    """Every image of a chapter, static or drawn by a code cell, is a figure numbered in the
+    chapter (Figure 3.2 / 图 3.2, the chapter's number from _toc.yml's reading order; a
+    figure's framework copies share a number, the numbers run without gaps), with a caption
+    and alt text in the page's language (not an image's hash), and the notebooks' captions
+    carry the same numbers."""
+    article = _html(lang, f"chapters/{name}.html").select_one("article")
+    images = article.find_all("img")
+    assert images, "no figure on the page"
+    chapter = CHAPTERS.index(name) + 1
+    numbers = []
+    for img in images:
+        figure = img.find_parent("figure")
+        assert figure is not None and figure.get("id"), f"an image outside a figure: {img}"
+        number = figure.select_one(".caption-number").get_text().strip()
+        assert re.fullmatch(rf"{FIGURE_LABEL[lang]} {chapter}\.\d+", number), number
+        numbers.append(number.split()[-1])
+        caption = figure.select_one(".caption-text").get_text().strip()
+        alt = img.get("alt", "")
+        for text in (caption, alt):
+            assert len(text) > 10, f"{figure['id']}: {text!r}"
+            assert bool(HAN.search(text)) == (lang == "zh"), f"{figure['id']}: {text!r}"
+        assert not re.search(r"[0-9a-f]{32}|_images/|\.(png|svg|jpe?g)$", alt), alt
+    counts = sorted({int(n.split(".")[1]) for n in numbers})
+    assert counts == list(range(1, len(counts) + 1)), numbers
+    assert _notebook_figure_numbers(lang, name) == set(numbers)
+
+
+@pytest.mark.parametrize("phone_or_desktop", VIEWPORTS, indirect=True)
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_tap_on_a_figure_enlarges_it(phone_or_desktop, site_url, lang):
+    """A click (or a tap on a phone) on a figure opens it over the page, larger, with its
+    caption; a tap closes it, and so does Escape; Enter on a focused figure opens it too."""
+    page = phone_or_desktop
+    page.goto(f"{site_url}/{lang}/chapters/{CHAPTERS[0]}.html")
+    image = page.locator("article figure img").first
+    image.scroll_into_view_if_needed()
+    page.wait_for_function("img => img.complete", arg=image.element_handle())
+    width = image.bounding_box()["width"]
+    number = page.locator("article figure .caption-number").first.inner_text().strip()
+    phone = page.viewport_size["width"] < 500
+    image.tap() if phone else image.click()
+    zoom = page.locator(".fig-zoom")
+    assert zoom.is_visible()
+    big = zoom.locator("img").bounding_box()
+    assert big["width"] > width * 1.2 or big["height"] > image.bounding_box()["height"] * 1.2
+    assert number in zoom.inner_text()
+    zoom.tap() if phone else zoom.click()
+    assert zoom.count() == 0
+    image.focus()
+    page.keyboard.press("Enter")
+    assert page.locator(".fig-zoom").is_visible()
+    page.keyboard.press("Escape")
+    assert page.locator(".fig-zoom").count() == 0
+    assert page.errors == []

@@ -276,3 +276,18 @@ def test_the_ladders_split_of_a_step_of_hundreds_of_kernels_fits_the_launch_queu
     assert split.host.median == pytest.approx(host_ms * 1e-3, rel=1e-3)
     crowded = timing.split_time(step, CUDA0, calls=100, repeats=3, warmup=1)
     assert crowded.syncs  # the control: too many calls for the queue
+
+
+@pytest.mark.parametrize("unit, digits, zh", [
+    ("s", 3, "0.011 秒（0.010\u20131,234.500）"),
+    ("ms", 1, "11.0 毫秒（10.0\u20131,234,500.0）"),
+    ("us", 0, "11,000 微秒（10,000\u20131,234,500,000）"),
+])
+def test_timing_text_in_chinese_names_each_unit_in_chinese(monkeypatch, unit, digits, zh):
+    """What a zh page prints for a timing: the unit in Chinese (秒, 毫秒, 微秒), the range in
+    full-width parentheses, thousands separated; the English stays ``ms (…)``."""
+    t = Timing((0.011, 0.010, 1234.5))
+    assert t.text(unit, digits).zh == zh
+    assert t.text(unit, digits).en.startswith(f"{zh.split(' ')[0]} {unit} (")
+    monkeypatch.setenv("D2L_LANG", "zh")
+    assert t.text(unit, digits) == zh  # printed as the reader's language says

@@ -392,3 +392,95 @@ def test_paired_verdict_may_allow_rounds_the_other_way():
     assert paired_verdict([1.2] * 4 + [0.9], allow=1) == "slower"
     assert paired_verdict([0.8] * 9 + [1.3, 1.0], allow=1) == "no clear gain"
     assert paired_verdict([1.0, 1.0]) == "no clear gain"  # a tie is neither way
+
+
+# ---------------------------------------------------------------- Table, text_table, show
+def _speed_table():
+    from d2l_ext.utils import message, text_table
+
+    return text_table([message(en="way", zh="方式"), "ms", message(en="share", zh="占比")],
+                      [[message(en="a < b & c", zh="甲小于乙"), 12.345, 0.5],
+                       ["plain", 1.0, 0.25]], ["", ".2f", ".0%"], left=1)
+
+
+def test_a_table_is_still_its_text(capsys):
+    """Code that used the text table keeps working: it is a str, printed as before."""
+    from d2l_ext.utils import Table
+
+    table = _speed_table()
+    text = "way           ms  share\na < b & c  12.35    50%\nplain       1.00    25%"
+    assert isinstance(table, Table) and isinstance(table, str)
+    assert table == text and str(table) == text and type(str(table)) is str
+    assert table.splitlines()[1] == "a < b & c  12.35    50%" and f"{table}" == text
+    print(table)
+    assert capsys.readouterr().out == text + "\n"
+    assert (table.columns, table.cells, table.left) == (
+        ("way", "ms", "share"), (("a < b & c", "12.35", "50%"), ("plain", "1.00", "25%")), 1)
+    import pickle
+
+    again = pickle.loads(pickle.dumps(table))
+    assert again == text and again.cells == table.cells and again.left == 1
+
+
+def _html_cells(markup: str) -> list[list[tuple[str, str, str]]]:
+    """The rows of an HTML table: (tag, alignment, text) of each cell."""
+    return [re.findall(r'<(t[hd]) style="text-align: (\w+)">([^<]*)</t[hd]>', row)
+            for row in re.findall(r"<tr>(.*?)</tr>", markup)]
+
+
+def test_a_table_in_html_escapes_and_aligns():
+    """The HTML table escapes < and &, puts the headers in <thead>, and aligns the first
+    ``left`` columns left, the numbers right."""
+    markup = _speed_table()._repr_html_()
+    assert markup.startswith('<table class="d2l-table">') and markup.endswith("</table>")
+    assert markup.index("<thead>") < markup.index("way") < markup.index("</thead>")
+    assert _html_cells(markup) == [
+        [("th", "left", "way"), ("th", "right", "ms"), ("th", "right", "share")],
+        [("td", "left", "a &lt; b &amp; c"), ("td", "right", "12.35"), ("td", "right", "50%")],
+        [("td", "left", "plain"), ("td", "right", "1.00"), ("td", "right", "25%")]]
+    assert "a < b" not in markup
+
+
+def test_a_table_in_html_speaks_the_reader_language(monkeypatch):
+    """Text headers and cells show in Chinese for a Chinese reader, in HTML as in text."""
+    monkeypatch.setenv("D2L_LANG", "zh")
+    table = _speed_table()
+    assert table.splitlines()[0].split() == ["方式", "ms", "占比"]
+    assert [c[2] for c in _html_cells(table._repr_html_())[0]] == ["方式", "ms", "占比"]
+    assert _html_cells(table._repr_html_())[1][0] == ("td", "left", "甲小于乙")
+
+
+def test_while_capturing_a_table_records_its_html_in_both_languages(tmp_path, monkeypatch):
+    from d2l_ext import i18n
+
+    monkeypatch.setenv("D2L_CAPTURE", str(tmp_path))
+    english = _speed_table()
+    pairs = dict(i18n.recorded(tmp_path)[None])
+    monkeypatch.delenv("D2L_CAPTURE")
+    monkeypatch.setenv("D2L_LANG", "zh")
+    chinese = _speed_table()
+    assert pairs[english] == chinese
+    assert pairs[english._repr_html_()] == chinese._repr_html_()
+
+
+def test_ipython_shows_a_table_as_html_with_its_text():
+    """What a notebook receives: the HTML table, and the text (not a quoted repr) for a
+    reader without HTML."""
+    formatters = pytest.importorskip("IPython.core.formatters")
+    table = _speed_table()
+    data, _ = formatters.DisplayFormatter().format(table)
+    assert data["text/html"] == table._repr_html_()
+    assert data["text/plain"] == str(table)
+
+
+def test_show_prints_outside_ipython_and_displays_under_it(capsys, monkeypatch):
+    display = pytest.importorskip("IPython.display")
+    IPython = sys.modules["IPython"]
+    table = _speed_table()
+    utils.show(table, 3)
+    assert capsys.readouterr().out == f"{table}\n3\n"
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: types.SimpleNamespace())
+    monkeypatch.setattr(display, "display", lambda *objs: shown.extend(objs))
+    utils.show(table, 3)
+    assert shown == [table, 3] and capsys.readouterr().out == ""

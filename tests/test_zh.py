@@ -4,6 +4,7 @@ numbers the chapters; prose refers to them by title)."""
 
 from __future__ import annotations
 
+import html
 import re
 import sys
 from pathlib import Path
@@ -84,7 +85,26 @@ def _outputs(nb) -> list[tuple[int, str]]:
                 continue
             text = output.get("text") or output.get("data", {}).get("text/plain", "")
             texts.append((index, "".join(text)))
+            if "text/html" in output.get("data", {}):  # a table shown with d2l.show
+                texts.append((index, _html_text("".join(output.data["text/html"]))))
     return texts
+
+
+def _html_text(markup: str) -> str:
+    """The text an HTML output shows, a table's rows on lines of their own."""
+    markup = re.sub(r"</t[hd]>", "  ", re.sub(r"</tr>", "\n", markup))
+    return html.unescape(re.sub(r"<[^>]*>", "", markup))
+
+
+def test_an_html_table_is_read_as_its_text():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("d2l.show(table)")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("display_data", data={
+        "text/plain": "方式\n甲", "text/html": '<table class="d2l-table"><thead><tr>'
+        '<th style="text-align: left">方式</th></tr></thead><tbody><tr>'
+        '<td style="text-align: left">left &amp; nothing translated here</td></tr></tbody>'
+        '</table>'})]
+    assert [english_runs(text) for _, text in _outputs(nb)] == [
+        [], ["nothing translated here"]]
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
@@ -108,6 +128,11 @@ AVOID = {
     "准确度": "准确率",
     "GPU 内存": "显存",
     "本单元": "单元格",
+    "代价模型": "成本模型（cost model）",
+    "开销模型": "成本模型（cost model）",
+    "工作区": "工作空间（workspace）",
+    "保留的显存": "预留的显存（reserved）",
+    "列印": "打印",
 }
 
 
@@ -121,6 +146,67 @@ def test_the_chinese_edition_keeps_to_its_terms(name):
     text = MATRIX_RANK.sub("", text)
     found = {term: AVOID[term] for term in AVOID if term in text}
     assert found == {}, f"zh/{name}.md: write {found}"
+
+
+#: A half-width parenthesis that opens or closes in Chinese text: 用梯度累积(…) or （a) …
+HALF_WIDTH_PAREN = re.compile(r"[\u4e00-\u9fff，。：；、][ \t]*\(|\)[\u4e00-\u9fff，。：；、]")
+#: What is not Chinese text in a markdown cell: code, math, run values, links' addresses.
+NOT_TEXT = re.compile(r"`[^`]*`|\$\$.*?\$\$|\$[^$]*\$|\{\{.*?\}\}|\]\([^)]*\)|<https?://[^>]*>",
+                      re.S)
+
+
+def half_width_parentheses(prose: str) -> list[str]:
+    """The places in Chinese ``prose`` where a parenthesis is half-width."""
+    text = NOT_TEXT.sub("``", prose)
+    return [text[max(0, m.start() - 12):m.end() + 12] for m in HALF_WIDTH_PAREN.finditer(text)]
+
+
+def test_the_parenthesis_detector_spares_code_math_and_links():
+    assert half_width_parentheses("用梯度累积(gradient accumulation)少交换") != []
+    assert half_width_parentheses("下面哪些：(a) `x + 1`") != []
+    assert half_width_parentheses("调用 `f(x)` 后，形状 $(B, 10)$，见 [文档](https://a.b/c)") == []
+    assert half_width_parentheses("梯度累积（gradient accumulation）；（a）`x + 1`") == []
+
+
+@pytest.mark.parametrize("name", CHAPTERS + ["index"])
+def test_chinese_prose_writes_full_width_parentheses(name):
+    chapter = sources.parse(config.CHAPTERS / "zh" / f"{name}.md")
+    prose = "\n".join(c.source for c in chapter.cells if c.kind == "markdown")
+    assert half_width_parentheses(prose) == [], f"zh/{name}.md: write （…）"
+
+
+#: The message catalogues (d2l.say) that hold what the chapters' code prints.
+CATALOGUES = sorted((ROOT / "d2l_ext" / "messages").glob("*.toml"))
+#: A call written out in a printed text (``np.zeros((1000, 1000))``, no Chinese inside): code.
+CALL = re.compile(r"[A-Za-z_][\w.]*\((?:[^()\u4e00-\u9fff]|\([^()]*\))*\)")
+#: A unit after a number or a filled-in value: "3.1 ms", "{t:.1f} us".
+UNIT_AFTER_VALUE = re.compile(r"(?:\d|\})\s*(?:ms|us|μs|sec|secs)\b")
+
+
+def catalogue_problems(zh: str) -> list[str]:
+    """What a Chinese text of a message catalogue writes against the book's rules: an avoided
+    term, a half-width parenthesis, an English unit."""
+    text = CALL.sub("``", re.sub(r"\{[^{}]*\}", "{}", MATRIX_RANK.sub("", zh)))
+    return ([f"write {AVOID[term]} for {term}" for term in AVOID if term in MATRIX_RANK.sub("", zh)]
+            + [f"（…）: {at}" for at in half_width_parentheses(text)]
+            + [f"unit: {unit}" for unit in UNIT_AFTER_VALUE.findall(zh)])
+
+
+def test_the_catalogue_check_finds_terms_parentheses_and_units():
+    assert catalogue_problems("每步 {ms:.1f} ms(中位数)，代价模型") == [
+        "write 成本模型（cost model） for 代价模型", "（…）: 每步 {} ms(中位数)，代价模型",
+        "unit: } ms"]
+    assert catalogue_problems("np.zeros((1000, 1000))：占用 {mib} MiB；PowerSGD 秩为 {rank}") == []
+
+
+@pytest.mark.parametrize("path", CATALOGUES, ids=lambda path: path.stem)
+def test_the_message_catalogues_write_the_books_chinese(path):
+    import tomllib
+
+    messages = tomllib.loads(path.read_text(encoding="utf-8"))
+    found = {key: catalogue_problems(text["zh"]) for key, text in messages.items()
+             if isinstance(text, dict) and isinstance(text.get("zh"), str)}
+    assert {key: problems for key, problems in found.items() if problems} == {}, path.name
 
 
 TYPED_NUMBER = {"en": re.compile(r"\b[Cc]hapters? \d"), "zh": re.compile(r"第\s*\d+\s*章")}
@@ -158,9 +244,9 @@ def test_the_chinese_edition_links_chapters_in_one_form(name):
     assert others == [], f"zh/{name}.md: write “{{ref}}`label`”一章: {others}"
 
 
-#: A unit written the English way in a Chinese output: "5.2 us", "0.56 sec" (a profiler's
+#: A unit written the English way in a Chinese output: "5.2 us", "3.1 ms", "0.56 sec" (a profiler's
 #: table is tool output and keeps its own).
-ENGLISH_UNIT = re.compile(r"\d\s*(us|sec|secs)\b")
+ENGLISH_UNIT = re.compile(r"\d\s*(ms|us|sec|secs)\b")
 
 
 @pytest.mark.parametrize("name", CHAPTERS)

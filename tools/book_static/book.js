@@ -168,8 +168,56 @@
     Search.bookPatched = true;
   }
 
+  // Figures open enlarged over the page on a click or a tap (or Enter / Space on a focused
+  // figure), with their caption; a click, a tap or Escape closes them.
+  const ENLARGE = { en: "Click to enlarge", zh: "点击放大" }[lang] || "Click to enlarge";
+
+  function enlargeable() {
+    document.querySelectorAll("article figure img").forEach((img) => {
+      img.classList.add("fig-zoomable");
+      img.tabIndex = 0;
+      img.title = ENLARGE;
+      img.addEventListener("click", () => enlarge(img));
+      img.addEventListener("keydown", (event) => {
+        if (event.key !== "Enter" && event.key !== " ") return;
+        event.preventDefault();
+        enlarge(img);
+      });
+    });
+  }
+
+  function enlarge(img) {
+    const overlay = document.createElement("div");
+    overlay.className = "fig-zoom";
+    overlay.setAttribute("role", "dialog");
+    overlay.setAttribute("aria-modal", "true");
+    overlay.tabIndex = -1;
+    const big = document.createElement("img");
+    big.src = img.currentSrc || img.src;
+    big.alt = img.alt;
+    overlay.appendChild(big);
+    const caption = img.closest("figure").querySelector("figcaption");
+    if (caption) {
+      const text = document.createElement("p");
+      text.textContent = caption.textContent.replace(/#\s*$/, "").trim();
+      overlay.setAttribute("aria-label", text.textContent);
+      overlay.appendChild(text);
+    }
+    const close = () => {
+      overlay.remove();
+      document.removeEventListener("keydown", onKey);
+      img.focus();
+    };
+    const onKey = (event) => { if (event.key === "Escape") close(); };
+    overlay.addEventListener("click", close);
+    document.addEventListener("keydown", onKey);
+    document.body.appendChild(overlay);
+    overlay.focus();
+  }
+
   function init() {
     snippetsWithoutCode();
+    enlargeable();
     try { localStorage.setItem("book-lang", lang); } catch (e) { /* storage blocked */ }
     buildGroups();
     buildBar();

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import html
 import json
 import os
 import re
@@ -289,6 +290,27 @@ def _translator(pairs: dict[str, str]):
     return translate
 
 
+def _html_translator(pairs: dict[str, str]):
+    """:func:`_translator` for an HTML output: first each recorded HTML fragment whole (a
+    table's English HTML, recorded with its Chinese HTML by ``d2l.text_table``), then each
+    recorded text as HTML writes it (``<`` as ``&lt;``), only in the text between tags:
+    never in a tag's name or attributes."""
+    fragments = _translator({en: zh for en, zh in pairs.items() if _is_html(en)})
+    texts = _translator({html.escape(en, quote=False): html.escape(zh, quote=False)
+                         for en, zh in pairs.items() if not _is_html(en)})
+
+    def translate(markup: str) -> str:
+        return "".join(part if part.startswith("<") else texts(part)
+                       for part in re.split(r"(<[^>]*>)", fragments(markup)))
+
+    return translate
+
+
+def _is_html(text: str) -> bool:
+    """Whether a recorded text is an HTML fragment (an element, from its tag to its end)."""
+    return re.fullmatch(r"\s*<([A-Za-z][\w-]*)[^>]*>.*</\1>\s*", text, re.DOTALL) is not None
+
+
 def localized(cell: nbformat.NotebookNode, lang: str,
               texts: dict[str | None, list[tuple[str, str]]]) -> nbformat.NotebookNode:
     """An executed code cell as the edition in ``lang`` shows it.
@@ -296,12 +318,14 @@ def localized(cell: nbformat.NotebookNode, lang: str,
     The run is English. For Chinese, every text that the cell's code recorded through
     ``d2l.message`` (``texts[cell_key(source)]``; ``texts[None]``: recorded outside a
     cell, e.g. by a script it ran) is replaced, longest first, in its printed and
-    displayed text, and each figure that carries a Chinese rendering shows that instead.
-    The renderings are removed from the metadata of both editions.
+    displayed text (in HTML too: :func:`_html_translator`), and each figure that carries a
+    Chinese rendering shows that instead. The renderings are removed from the metadata of
+    both editions.
     """
     cell = copy.deepcopy(cell)
-    translate = _translator(dict({*texts.get(cell_key(cell.source), []),
-                                  *texts.get(None, [])}))
+    pairs = dict({*texts.get(cell_key(cell.source), []), *texts.get(None, [])})
+    translate = _translator(pairs)
+    translate_html = None
 
     for output in cell.outputs:
         chinese = output.get("metadata", {}).pop("d2l_ext", {}).get("zh", {})
@@ -312,6 +336,9 @@ def localized(cell: nbformat.NotebookNode, lang: str,
         data = output.get("data", {})
         if "text/plain" in data:
             data["text/plain"] = translate(data["text/plain"])
+        if "text/html" in data:
+            translate_html = translate_html or _html_translator(pairs)
+            data["text/html"] = translate_html(data["text/html"])
         for mime, rendering in chinese.items():
             if mime in data:
                 data[mime] = rendering

@@ -20,9 +20,13 @@ from pathlib import Path
 import nbformat
 
 from d2l_ext import gpu_runs
-from pipeline import config, runinfo
+from pipeline import config, runinfo, sources
 from pipeline.config import FRAMEWORKS, BookError, repository, shown
 from pipeline.sources import PLACEHOLDER, Chapter, chapters, check_values, prose_for
+
+#: The tag of a cell that only formats, plots or prints: its code is collapsed on the page
+#: and in the notebooks (a click shows it), its output shown.
+HIDE_INPUT = "hide-input"
 
 
 def install_cell(framework: str, lang: str) -> nbformat.NotebookNode:
@@ -74,6 +78,8 @@ def split(chapter: Chapter, framework: str) -> nbformat.NotebookNode:
             continue
         if cell.kind == "markdown":
             text = prose_for(cell.source, framework)
+            if index and chapter.cells[index - 1].framework not in (None, framework):
+                text = sources.without_caption(text)  # the other framework's figure: not drawn here
             if text:
                 new = nbformat.v4.new_markdown_cell(text)
                 new.id = cell_id(index)
@@ -88,6 +94,9 @@ def split(chapter: Chapter, framework: str) -> nbformat.NotebookNode:
             new.metadata["d2l_ext"] = {"source_index": index}
             if cell.tags:
                 new.metadata["tags"] = [t for t in cell.tags if t not in FRAMEWORKS]
+            if HIDE_INPUT in cell.tags:  # presentation only: collapsed, a click shows it
+                new.metadata["jupyter"] = {"source_hidden": True}  # JupyterLab, Studio Lab
+                new.metadata["cellView"] = "form"  # Colab
             nb.cells.append(new)
     if not title_done:
         raise BookError(f"{chapter.path}: the chapter needs a '# Title' line")
@@ -229,7 +238,7 @@ def stale() -> list[str]:
     """Notebooks that are missing or were executed from an older chapter source."""
     problems = []
     for chapter in chapters():
-        problems += check_values(chapter)
+        problems += check_values(chapter) + sources.check_figures(chapter)
         for framework in FRAMEWORKS:
             path = notebook_path(chapter, framework)
             want = split(chapter, framework).metadata["d2l_ext"]["code_hash"]

@@ -13,7 +13,7 @@ for. The site's address is the one setting ``html.baseurl`` in ``_config.yml``
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 import yaml
@@ -54,6 +54,11 @@ TRANSPARENT = {"container", "div", "only", "framework", "grid", "grid-item", "gr
 DROPPED = {"tableofcontents", "toctree", "bibliography", "glue:figure", "index"}
 CODE_DIRECTIVES = {"code", "code-block", "sourcecode", "literalinclude"}
 FIGURE = {"en": "Figure", "zh": "图"}
+#: A figure's number as the site's captions show it (``numfig_format``, tools/pipeline/site.py).
+FIGURE_NUMBER = {"en": "Figure {}", "zh": "图 {}"}
+#: The suffixes that make the framework copies of one figure (``fig-x-torch``, ``fig-x-mxnet``,
+#: or a drawn figure shown under both tabs): they share one number (book_figures.py).
+TWIN_SUFFIXES = ("-torch", "-mxnet")
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ class Context:
     lang: str
     targets: dict
     site: str
+    numbers: dict = field(default_factory=dict)  # figure name -> its number, "3.2"
 
     def page_url(self, page: str, anchor: str = "") -> str:
         """The URL of a chapter's page (``index`` for the edition's first page)."""
@@ -88,7 +94,61 @@ class Context:
 
 def context(lang: str) -> Context:
     """The rewriting context of the edition in ``lang``, from the current chapter sources."""
-    return Context(lang, targets(lang), config.site_url(lang))
+    return Context(lang, targets(lang), config.site_url(lang), figure_numbers(lang))
+
+
+def twin_key(name: str) -> str:
+    """The figure that ``name`` is a framework copy of: one number for all its copies."""
+    for suffix in TWIN_SUFFIXES:
+        if name.endswith(suffix):
+            return name[:-len(suffix)]
+    return name
+
+
+def chapter_numbers() -> dict[str, int]:
+    """Each chapter's number: its place in the reading order of ``_toc.yml``."""
+    toc = yaml.safe_load((config.ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    names: list[str] = []
+
+    def walk(entries: list[dict]) -> None:
+        for entry in entries:
+            if str(entry.get("file", "")).startswith("chapters/"):
+                names.append(PurePosixPath(entry["file"]).stem)
+            for key in ("parts", "chapters", "sections"):
+                walk(entry.get(key, []))
+
+    walk([toc])
+    return {name: number for number, name in enumerate(names, 1)}
+
+
+def numbered_figures(chapter) -> list[str]:
+    """The names of a chapter's numbered figures in the page's order: ``{figure}``
+    directives with a ``:name:`` and ``{drawn-figure}`` captions (Sphinx numbers figures
+    that have an id, and only those)."""
+    text = "\n\n".join(c.source for c in chapter.cells if c.kind == "markdown")
+    names = []
+    for name, arg, options, _ in _directives(text):
+        if name == "figure" and options.get("name"):
+            names.append(str(options["name"]))
+        elif name == "drawn-figure" and arg:
+            names.append(arg)
+    return names
+
+
+def figure_numbers(lang: str) -> dict[str, str]:
+    """Figure name -> its number (``"3.2"``: chapter 3's second figure) for every chapter in
+    ``lang``, as the site numbers them: per chapter, in the page's order, the framework
+    copies of a figure (:func:`twin_key`) once."""
+    numbers = {}
+    chapter_number = chapter_numbers()
+    for chapter in chapters(lang):
+        if chapter.name not in chapter_number:
+            continue
+        keys: dict[str, int] = {}
+        for name in numbered_figures(chapter):
+            count = keys.setdefault(twin_key(name), len(keys) + 1)
+            numbers[name] = f"{chapter_number[chapter.name]}.{count}"
+    return numbers
 
 
 def targets(lang: str) -> dict[str, Target]:
@@ -112,6 +172,8 @@ def targets(lang: str) -> dict[str, Target]:
                 caption = body.strip().split("\n\n")[0].replace("\n", " ")
                 found[options["name"]] = Target(chapter.name, options["name"],
                                                 caption or FIGURE[lang])
+            elif name == "drawn-figure" and arg:
+                found[arg] = Target(chapter.name, arg, body.strip().replace("\n", " "))
     return found
 
 
@@ -244,6 +306,11 @@ def _role(name: str, body: str, ctx: Context) -> str:
         found = ctx.targets.get(target)
         if found is None:
             return text or target
+        if name == "numref" and target in ctx.numbers:
+            number = ctx.numbers[target]
+            shown = (text.replace("%s", number).replace("{number}", number) if text
+                     else FIGURE_NUMBER[ctx.lang].format(number))
+            return f"[{shown}]({ctx.page_url(found.page, found.anchor)})"
         shown = (text or found.title).replace("%s", "").replace("{number}", "").strip()
         return f"[{shown or found.title}]({ctx.page_url(found.page, found.anchor)})"
     if name == "eq":
@@ -268,6 +335,19 @@ def _quote(title: str, body: str) -> str:
     return "\n".join(f"> {ln}" if ln.strip() else ">" for ln in lines)
 
 
+def _folded(name: str, options: dict) -> bool:
+    """Whether the directive is folded on the site: a ``{dropdown}`` (sphinx-design), or an
+    admonition with the class ``dropdown`` (sphinx-togglebutton)."""
+    return name == "dropdown" or (name in {*ADMONITIONS["en"], "admonition"}
+                                  and "dropdown" in str(options.get("class", "")).split())
+
+
+def _details(title: str, body: str) -> str:
+    """A folded block in plain markdown: HTML ``<details>`` (Jupyter and Colab render the
+    markdown inside it, blank lines around it)."""
+    return f"<details>\n<summary>{title}</summary>\n\n{body}\n\n</details>"
+
+
 def _directive(name: str, arg: str, options: dict, body: str, ctx: Context) -> str:
     """The plain markdown of one directive (its body rewritten too)."""
     inner = plain(body, ctx) if name not in CODE_DIRECTIVES | {"math", "raw"} else body
@@ -276,7 +356,11 @@ def _directive(name: str, arg: str, options: dict, body: str, ctx: Context) -> s
         image = f"![{alt}]({ctx.image_url(arg)})"
         if not inner:
             return image
-        return f"{image}\n\n**{FIGURE[ctx.lang]}**{'：' if ctx.lang == 'zh' else ': '}{inner}"
+        return f"{image}\n\n{_caption(options.get('name'), inner, ctx)}"
+    if name == "drawn-figure":  # the caption of the figure in the code cell's output above
+        return _caption(arg, inner, ctx)
+    if _folded(name, options):  # worked solutions: folded in the notebooks too
+        return _details(_inline(arg, ctx) or ADMONITIONS[ctx.lang].get(name, ""), inner)
     if name in ADMONITIONS["en"]:
         return _quote(arg or ADMONITIONS[ctx.lang][name], inner)
     if name in QUOTED:
@@ -292,6 +376,13 @@ def _directive(name: str, arg: str, options: dict, body: str, ctx: Context) -> s
     if name in DROPPED:
         return ""
     return inner  # TRANSPARENT, and any directive not named here: what it holds
+
+
+def _caption(name: str | None, text: str, ctx: Context) -> str:
+    """``**Figure 3.2**: text`` (``**图 3.2**：text``), numbered as on the site."""
+    number = ctx.numbers.get(name) if name else None
+    label = FIGURE_NUMBER[ctx.lang].format(number) if number else FIGURE[ctx.lang]
+    return f"**{label}**{'：' if ctx.lang == 'zh' else ': '}{text}"
 
 
 def _list_table(title: str, options: dict, body: str) -> str:

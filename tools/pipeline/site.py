@@ -22,6 +22,7 @@ from pipeline import config
 from pipeline.config import FRAMEWORKS, LANGUAGES, BookError, book_config
 from pipeline.notebooks import notebook_path, stale
 from pipeline.pages import merge
+from pipeline.plain import FIGURE_NUMBER
 from pipeline.sources import chapters
 
 MATHJAX_BUNDLE = "tex-chtml.js"  # the one bundle sphinx-mathjax-offline's pages load
@@ -38,6 +39,7 @@ def write_edition(lang: str) -> Path:
     (src / "chapters").mkdir(parents=True)
     cfg = book_config()
     cfg["title"] = cfg.pop("title_by_language", {}).get(lang, cfg["title"])
+    cfg["author"] = cfg.pop("author_by_language", {}).get(lang, cfg.get("author"))
     html = cfg.setdefault("html", {})
     footer = html.pop("extra_footer_by_language", {}).get(lang)
     if footer:
@@ -47,6 +49,9 @@ def write_edition(lang: str) -> Path:
     sphinx = cfg.setdefault("sphinx", {})
     sphinx.setdefault("config", {})["language"] = LANGUAGES[lang]["sphinx"]
     sphinx["config"]["book_lang"] = lang
+    # "Figure 3.2" / "图 3.2", as the notebooks' captions say it (plain.FIGURE_NUMBER)
+    sphinx["config"]["numfig"] = True
+    sphinx["config"]["numfig_format"] = {"figure": FIGURE_NUMBER[lang].format("%s")}
     sphinx["config"]["book_other_lang"] = LANGUAGES[lang]["other"]
     sphinx["config"]["book_root"] = str(config.ROOT)
     site_url = html.pop("baseurl", "")

@@ -26,6 +26,13 @@ from pipeline.config import FRAMEWORKS, LANGUAGES, BookError
 CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
 FRAMEWORK_BLOCK = re.compile(r"^:::\{framework\} (\w+)[ \t]*\n(.*?)^:::[ \t]*$", re.S | re.M)
 PLACEHOLDER = re.compile(r"\{\{\s*([^:{}]+?)\s*(?::([^{}]*))?\}\}")
+#: The caption of the figure that the code cell right above draws (the first thing in the
+#: prose after that cell): ``:::{drawn-figure} fig-name``, an optional ``:alt:`` line, then
+#: the caption, one paragraph, in the chapter's language, up to ``:::``.
+DRAWN_FIGURE = re.compile(r"^:::\{drawn-figure\}[ \t]*(?P<name>\S*)[ \t]*\n"
+                          r"(?P<body>.*?)^:::[ \t]*$\n?", re.S | re.M)
+#: A figure's name: also its id on the page and its anchor (Sphinx keeps it as it is).
+FIGURE_NAME = re.compile(r"^fig-[a-z0-9]+(-[a-z0-9]+)*$")
 
 
 @dataclass
@@ -167,6 +174,92 @@ def check_same_code(versions: dict[str, Chapter]) -> None:
                                 "one (only comments and docstrings may be translated)")
 
 
+@dataclass(frozen=True)
+class DrawnFigure:
+    """The caption of a figure that a code cell draws, as a ``{drawn-figure}`` block right
+    after the cell gives it: its name (the page's id, shared by the framework copies of the
+    figure: they get one number), its caption (MyST, one paragraph) and its alt text (the
+    ``:alt:`` line; ``""``: the caption as plain text, :meth:`alt_text`)."""
+
+    name: str
+    caption: str
+    alt: str
+
+    def alt_text(self, values: dict[str, str]) -> str:
+        """The image's alt text, with the values of a run filled in."""
+        return plain_text(fill(self.alt or self.caption, values))
+
+
+def _drawn_figure(match: re.Match) -> DrawnFigure:
+    lines = match["body"].strip("\n").split("\n")
+    alt = ""
+    if lines and lines[0].startswith(":alt:"):
+        alt = lines.pop(0)[len(":alt:"):].strip()
+    caption = "\n".join(lines).strip()
+    return DrawnFigure(match["name"], caption, alt)
+
+
+def drawn_figures(chapter: Chapter) -> dict[int, DrawnFigure]:
+    """Source index of each code cell that a ``{drawn-figure}`` block captions -> its
+    caption. The block must open the prose right after the cell (:func:`check_figures`)."""
+    found = {}
+    for index, cell in enumerate(chapter.cells[1:], 1):
+        match = DRAWN_FIGURE.match(cell.source) if cell.kind == "markdown" else None
+        if match and chapter.cells[index - 1].kind == "code":
+            found[index - 1] = _drawn_figure(match)
+    return found
+
+
+def without_caption(markdown: str) -> str:
+    """A prose cell without the ``{drawn-figure}`` block that opens it (the page shows the
+    caption under the figure instead)."""
+    return DRAWN_FIGURE.sub("", markdown, count=1).strip("\n") \
+        if DRAWN_FIGURE.match(markdown) else markdown
+
+
+def plain_text(myst: str) -> str:
+    """A caption as plain text, for an image's alt text: roles, code spans, formulas'
+    dollars, emphasis and links reduced to their words."""
+    text = re.sub(r"\{[\w:.-]+\}`([^`]*?)(?:\s*<[^<>]*>)?`", r"\1", myst)
+    text = re.sub(r"`([^`]*)`", r"\1", text)
+    text = re.sub(r"\$([^$]*)\$", r"\1", text)
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    text = re.sub(r"(\*\*|\*|__)(.+?)\1", r"\2", text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def check_figures(chapter: Chapter) -> list[str]:
+    """Problems with a chapter's figure captions: a ``{drawn-figure}`` block that does not
+    open the prose right after a code cell, one without a name as the page needs it
+    (``fig-...``, lower case), without a caption, or whose name another figure takes (only
+    a PyTorch cell and an MXNet cell that draw the same figure may share one)."""
+    problems = []
+    captioned = drawn_figures(chapter)
+    placed = {id(chapter.cells[i + 1]) for i in captioned}
+    owners: dict[str, list[str | None]] = {}
+    for cell in chapter.cells:
+        if cell.kind != "markdown":
+            continue
+        for match in DRAWN_FIGURE.finditer(cell.source):
+            if match.start() > 0 or id(cell) not in placed:
+                problems.append(f"{chapter.path}: {{drawn-figure}} {match['name']} must come "
+                                "right after the code cell that draws the figure")
+        for name in re.findall(r"^:name:[ \t]*(\S+)", cell.source, re.M):
+            owners.setdefault(name, []).append("figure")
+    for index, figure in captioned.items():
+        if not FIGURE_NAME.match(figure.name):
+            problems.append(f"{chapter.path}: {{drawn-figure}} {figure.name!r}: name it "
+                            "fig-... (lower-case letters, digits and dashes)")
+        if not figure.caption:
+            problems.append(f"{chapter.path}: {{drawn-figure}} {figure.name} has no caption")
+        owners.setdefault(figure.name, []).append(chapter.cells[index].framework or "both")
+    for name, kinds in owners.items():
+        if len(kinds) > 1 and sorted(kinds) != ["mxnet", "torch"]:
+            problems.append(f"{chapter.path}: two figures are named {name} (only a PyTorch "
+                            "and an MXNet cell that draw the same figure may share a name)")
+    return problems
+
+
 def _bound_names(source: str) -> set[str]:
     """Every name a code cell binds (assignments, loops, definitions, imports), at any depth."""
     lines = [ln for ln in source.split("\n") if not ln.lstrip().startswith(("!", "%"))]
@@ -196,21 +289,30 @@ def _cited_names(expression: str) -> set[str]:
 def check_values(chapter: Chapter) -> list[str]:
     """Problems with the ``{{values}}`` a chapter's prose cites: one outside a framework block
     (each framework's run gives its own values), or one that reads a name no code cell of
-    that framework binds (its run could not fill it)."""
+    that framework binds (its run could not fill it). A ``{drawn-figure}`` caption belongs
+    to the framework(s) of the cell that draws the figure: each copy of the figure cites its
+    own run's values."""
     problems = []
     known = set(dir(builtins))
     bound = {fw: set().union(*[_bound_names(c.source) for c in chapter.cells
                                if c.kind == "code" and c.framework in (None, fw)])
              for fw in FRAMEWORKS}
-    for cell in chapter.cells:
+    captions = drawn_figures(chapter)
+    for index, cell in enumerate(chapter.cells):
         if cell.kind != "markdown":
             continue
-        outside = FRAMEWORK_BLOCK.sub("", cell.source)
+        blocks = [(b.group(1), b.group(2)) for b in FRAMEWORK_BLOCK.finditer(cell.source)]
+        source = cell.source
+        if index - 1 in captions:
+            drawer = chapter.cells[index - 1].framework
+            caption = DRAWN_FIGURE.match(source).group(0)
+            blocks += [(fw, caption) for fw in ([drawer] if drawer else FRAMEWORKS)]
+            source = without_caption(source)
+        outside = FRAMEWORK_BLOCK.sub("", source)
         for m in PLACEHOLDER.finditer(outside):
             problems.append(f"{chapter.path}: {m.group(0)} outside a framework block (values "
                             "differ per framework: cite them inside one)")
-        for block in FRAMEWORK_BLOCK.finditer(cell.source):
-            fw, text = block.group(1), block.group(2)
+        for fw, text in blocks:
             for m in PLACEHOLDER.finditer(text):
                 try:
                     missing = _cited_names(m.group(1)) - bound.get(fw, set()) - known

@@ -1,7 +1,9 @@
 """Sphinx extension of the book: framework tabs, language switch, notebook links, search.
 
-Its parts: ``book_sections`` (section ids shared by both editions) and ``book_meta`` (meta
-description, OpenGraph, hreflang, the footer's "report a problem" link).
+Its parts: ``book_sections`` (section ids shared by both editions), ``book_meta`` (meta
+description, OpenGraph, hreflang, the footer's "report a problem" link) and ``book_ui`` (the
+themes' interface strings in the edition's language); ``book_figures`` gives a figure's
+framework copies one number.
 
 It tells each page, in ``<meta name="book-...">`` tags, where the same page is in
 the other language and where its notebooks are; ``book.js`` builds the interface.
@@ -13,9 +15,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import book_figures
 import book_meta
 import book_runtimes
 import book_sections
+import book_ui
 from docutils import nodes
 from sphinx import search
 from sphinx.search.zh import SearchChinese
@@ -143,6 +147,8 @@ def setup(app):
     book_sections.setup(app)
     book_meta.setup(app)
     book_runtimes.setup(app)
+    book_ui.setup(app)
+    book_figures.setup(app)
     search.languages["zh"] = ChineseSearch
     app.add_config_value("book_lang", "en", "html")
     app.add_config_value("book_other_lang", "zh", "html")

@@ -1,0 +1,107 @@
+"""The chapters' sentences, table headers and figure texts, kept out of their code cells.
+
+A chapter's code says *which* sentence it prints and with *which* values; the sentence itself,
+in English and in Chinese, lives in ``d2l_ext/messages/<chapter>.toml`` under a key::
+
+    print(d2l.say("async-computation/device-and-size", device=device, size=size))
+
+with, in ``messages/async-computation.toml``::
+
+    [device-and-size]
+    en = "device: {device}; matrices of {size}×{size}"
+    zh = "设备：{device}；{size}×{size} 的矩阵"
+
+The templates are :meth:`str.format` templates (``{peak:,.2f}`` formats as in an f-string);
+a value made by :func:`d2l_ext.i18n.message` (a :class:`~d2l_ext.i18n.Text`) fills each
+language's template with its own language.
+:func:`say` returns :func:`d2l_ext.i18n.message`'s text (the reader's language, recorded
+while the book captures a run); :func:`figure_text` returns :func:`d2l_ext.i18n.label`'s.
+So a code cell is the same in both editions and carries no prose in either language.
+"""
+
+from __future__ import annotations
+
+import functools
+import string
+from importlib import resources
+
+import tomllib
+
+from d2l_ext.i18n import LANGUAGES, Text, label, message
+
+__all__ = ["say", "figure_text", "entry", "chapters", "fields"]
+
+
+@functools.cache
+def _chapter(chapter: str) -> dict[str, dict[str, str]]:
+    path = resources.files("d2l_ext") / "messages" / f"{chapter}.toml"
+    if not path.is_file():
+        raise KeyError(f"no message catalogue for chapter {chapter!r}: expected "
+                       f"d2l_ext/messages/{chapter}.toml (known: {', '.join(chapters())})")
+    with path.open("rb") as f:
+        entries = tomllib.load(f)
+    for key, texts in entries.items():
+        missing = [lang for lang in LANGUAGES if not isinstance(texts.get(lang), str)]
+        if missing:
+            raise ValueError(f"d2l_ext/messages/{chapter}.toml: [{key}] lacks "
+                             f"{' and '.join(missing)}")
+    return entries
+
+
+def chapters() -> list[str]:
+    """The chapters that have a message catalogue."""
+    folder = resources.files("d2l_ext") / "messages"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def entry(key: str) -> dict[str, str]:
+    """The English and Chinese templates of ``"<chapter>/<name>"``."""
+    chapter, sep, name = key.partition("/")
+    if not sep or not name:
+        raise KeyError(f"a message key reads '<chapter>/<name>', e.g. "
+                       f"'memory/peak-of-one-step', not {key!r}")
+    entries = _chapter(chapter)
+    if name not in entries:
+        raise KeyError(f"no message {name!r} in d2l_ext/messages/{chapter}.toml")
+    return entries[name]
+
+
+def fields(template: str) -> set[str]:
+    """The names a template fills in (nested format fields included)."""
+    names: set[str] = set()
+    for _, name, spec, _ in string.Formatter().parse(template):
+        if name is not None and name != "":
+            names.add(name.split(".")[0].split("[")[0])
+        if spec:
+            names |= fields(spec)
+    return names
+
+
+def _fill(key: str, values: dict) -> tuple[str, str]:
+    texts = entry(key)
+    filled = []
+    for lang in LANGUAGES:
+        needed = fields(texts[lang])
+        missing = needed - values.keys()
+        if missing:
+            raise TypeError(f"message {key!r} needs {', '.join(sorted(missing))}: pass "
+                            f"them as keyword arguments, e.g. d2l.say({key!r}, "
+                            f"{sorted(missing)[0]}=...)")
+        own = {name: (getattr(v, lang) if isinstance(v, Text) else v)
+               for name, v in values.items()}
+        filled.append(texts[lang].format(**own))
+    return filled[0], filled[1]
+
+
+def say(key: str, /, **values) -> Text:
+    """The sentence ``key`` (``"<chapter>/<name>"``) in the reader's language, filled with
+    ``values``; while the book captures a run, both languages are recorded."""
+    en, zh = _fill(key, values)
+    return message(en=en, zh=zh)
+
+
+def figure_text(key: str, /, **values) -> str:
+    """A text drawn in a figure (axis label, title, legend), from the catalogue:
+    :func:`d2l_ext.i18n.label` of the entry's English and Chinese."""
+    en, zh = _fill(key, values)
+    return label(en=en, zh=zh)

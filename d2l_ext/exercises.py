@@ -1,0 +1,743 @@
+"""The chapters' exercise checks, kept out of the pages so that no page shows an answer.
+
+A chapter's check cell names the exercise and passes the reader's answer, with the few
+variables of the run that an answer depends on::
+
+    syncing = None  # exercise 1: a set of letters, e.g. {"a", "b"}
+    print(d2l.check_exercise("host-device-sync", 1, syncing))
+
+:func:`check` returns the verdict in the reader's language (:func:`d2l_ext.i18n.message`):
+the exercise's prompt while the answer is not set, else "Correct: ..." with why, or
+"Not quite: ..." with a hint that does not give the answer away. The expected answers, the
+reasons and the hints live here, keyed by (chapter, number) and, where the PyTorch and the
+MXNet exercise differ, by framework. ``d2l.check_exercise`` is :func:`check` with the
+framework of the ``d2l`` module that exports it (:func:`checker`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from d2l_ext.i18n import Text, message
+
+__all__ = ["check", "checker", "exercises", "ExerciseError"]
+
+FRAMEWORKS = ("torch", "mxnet")
+
+
+class ExerciseError(KeyError):
+    """An exercise that this module does not know, or a call that lacks what it needs."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """How to check one exercise: ``judge(answer, run)`` returns the verdict; ``variables``
+    are the (English, Chinese) names the prompt asks the reader to set; ``prompt`` replaces
+    the usual prompt; ``blank`` says whether an answer is still unset."""
+
+    judge: Callable[[Any, dict], Text]
+    variables: tuple[str, ...] = ()
+    prompt: tuple[str, str] | None = None
+    blank: Callable[[Any], bool] | None = None
+
+
+#: (chapter, number, framework or None) -> Exercise; filled by :func:`exercise` below.
+EXERCISES: dict[tuple[str, int, str | None], Exercise] = {}
+
+
+def exercise(chapter: str, number: int, *variables: str, framework: str | None = None,
+             prompt: tuple[str, str] | None = None,
+             blank: Callable[[Any], bool] | None = None) -> Callable:
+    """Register the decorated ``judge(answer, run)`` as the check of an exercise."""
+    def register(judge: Callable[[Any, dict], Text]) -> Callable[[Any, dict], Text]:
+        EXERCISES[(chapter, number, framework)] = Exercise(judge, variables, prompt, blank)
+        return judge
+    return register
+
+
+def exercises() -> list[tuple[str, int, str | None]]:
+    """Every (chapter, number, framework) that has a check (framework None: both)."""
+    return sorted(EXERCISES, key=lambda k: (k[0], k[1], k[2] or ""))
+
+
+# ---------------------------------------------------------------- the verdicts
+def correct(en: str = "", zh: str = "") -> Text:
+    """"Correct: <why>" in the reader's language ("Correct." without a reason)."""
+    return message(en=f"Correct: {en}" if en else "Correct.", zh=f"正确：{zh}" if zh else "正确。")
+
+
+def not_quite(en: str, zh: str) -> Text:
+    """"Not quite: <hint>" in the reader's language."""
+    return message(en=f"Not quite: {en}", zh=f"还不对：{zh}")
+
+
+def close(en: str, zh: str) -> Text:
+    """"Close: <hint>": nearly right, for a reason the hint names."""
+    return message(en=f"Close: {en}", zh=f"接近了：{zh}")
+
+
+def prompt(number: int, entry: Exercise) -> Text:
+    """"Exercise N: set X, then run this cell again." (or the exercise's own prompt)."""
+    if entry.prompt is not None:
+        en, zh = entry.prompt
+        return message(en=f"Exercise {number}: {en}", zh=f"练习 {number}：{zh}")
+    names = entry.variables
+    en = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    zh = names[0] if len(names) == 1 else "、".join(names[:-1]) + " 和 " + names[-1]
+    return message(en=f"Exercise {number}: set {en}, then run this cell again.",
+                   zh=f"练习 {number}：给 {zh} 赋值，然后再运行这个单元格。")
+
+
+def unset(answer: Any) -> bool:
+    """Whether the reader has not answered yet: ``None``, or a tuple holding a ``None``."""
+    return answer is None or (isinstance(answer, tuple) and any(a is None for a in answer))
+
+
+def letters(answer: Any) -> set[str]:
+    """The letters of an answer such as ``{"a", "b"}``, ``["B", "a"]``, ``"a, b"`` or
+    ``{"(a)"}``, lower-cased."""
+    if isinstance(answer, str):
+        answer = [answer]
+    return {c.lower() for c in "".join(map(str, answer)) if c.isalpha()}
+
+
+def near(value: Any, target: float, tolerance: float) -> bool:
+    """Whether ``value`` is a number within ``tolerance`` of ``target``."""
+    try:
+        return abs(float(value) - target) <= tolerance
+    except (TypeError, ValueError):
+        return False
+
+
+def equal(value: Any, target: float) -> bool:
+    """``value == target`` for numbers (ints, floats, numpy scalars), False otherwise."""
+    try:
+        return bool(value == target) and not isinstance(value, (str, bool))
+    except (TypeError, ValueError):
+        return False
+
+
+# ---------------------------------------------------------------- the entry point
+def check(chapter: str, number: int, answer: Any = None, *, framework: str | None = None,
+          **run: Any) -> Text:
+    """The verdict on the reader's ``answer`` to exercise ``number`` of ``chapter``.
+
+    ``run`` holds the variables of the reader's run that the answer depends on (each
+    exercise's cell passes them). An unknown chapter or exercise raises
+    :class:`ExerciseError`; so does an exercise that differs between the frameworks when
+    ``framework`` is not given.
+    """
+    entry = _find(chapter, number, framework)
+    blank = entry.blank or unset
+    if blank(answer):
+        return prompt(number, entry)
+    return entry.judge(answer, run)
+
+
+def checker(framework: str) -> Callable[..., Text]:
+    """:func:`check` for one framework: what ``d2l.check_exercise`` is in ``d2l_ext.torch``
+    and ``d2l_ext.mxnet``."""
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {FRAMEWORKS}, not {framework!r}")
+
+    def check_exercise(chapter: str, number: int, answer: Any = None, **run: Any) -> Text:
+        """The verdict on the reader's answer to exercise ``number`` of ``chapter``, in the
+        reader's language (:func:`d2l_ext.exercises.check`)."""
+        return check(chapter, number, answer, framework=framework, **run)
+
+    return check_exercise
+
+
+def _find(chapter: str, number: int, framework: str | None) -> Exercise:
+    if framework is not None and framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {FRAMEWORKS} or None, not {framework!r}")
+    chapters = sorted({c for c, _, _ in EXERCISES})
+    if chapter not in chapters:
+        raise ExerciseError(f"no exercises are checked for chapter {chapter!r}; known "
+                            f"chapters: {', '.join(chapters)}")
+    for key in ((chapter, number, framework), (chapter, number, None)):
+        if key in EXERCISES:
+            return EXERCISES[key]
+    per_framework = [f for c, n, f in EXERCISES if (c, n) == (chapter, number) and f]
+    if per_framework and framework is None:
+        raise ExerciseError(f"exercise {number} of {chapter!r} differs between "
+                            f"{' and '.join(per_framework)}: pass framework= (as "
+                            f"d2l.check_exercise does)")
+    known = sorted({n for c, n, f in EXERCISES if c == chapter and f in (None, framework)})
+    raise ExerciseError(f"{chapter!r} has no checked exercise {number}"
+                        f"{f' for {framework}' if framework else ''}; checked: "
+                        f"{', '.join(map(str, known))}")
+
+
+def _needs(run: dict, *names: str) -> list:
+    """The run's variables ``names``, or an error naming those the cell did not pass."""
+    missing = [n for n in names if n not in run]
+    if missing:
+        raise ExerciseError(f"this check needs the run's {', '.join(missing)}: pass "
+                            f"{', '.join(f'{n}={n}' for n in missing)}")
+    return [run[n] for n in names]
+
+
+# ================================================================ asynchronous computation
+@exercise("async-computation", 1, "prediction")
+def _async_1(prediction: Any, run: dict) -> Text:
+    predict_async, run_async, num_ops = _needs(run, "predict_async", "run_async", "num_ops")
+    model = predict_async(4 * num_ops)
+    if near(prediction, model, 0.1 * model):
+        verdict = (f"Correct: the model predicts {model:.4f} s.",
+                   f"正确：模型的预测是 {model:.4f} 秒。")
+    else:
+        verdict = (f"Not quite: use the formula for waiting once, N = {4 * num_ops:,}.",
+                   f"还不对：请用“只等一次”的公式，N = {4 * num_ops:,}。")
+    measured = run_async(4 * num_ops)
+    off = measured / model - 1
+    if round(abs(off), 2) == 0:
+        then = (f"Measured: {measured:.4f} s, as the model predicts.",
+                f"实测：{measured:.4f} 秒，与模型一致。")
+    else:
+        then = (f"Measured: {measured:.4f} s, {abs(off):.0%} "
+                f"{'above' if off > 0 else 'below'} the model.",
+                f"实测：{measured:.4f} 秒，比模型{'多' if off > 0 else '少'} {abs(off):.0%}。")
+    return message(en=f"{verdict[0]}\n{then[0]}", zh=f"{verdict[1]}\n{then[1]}")
+
+
+def _no_letters(answer: Any) -> bool:
+    return answer is None or not letters(answer)
+
+
+#: The lines that wait (exercise 2): PyTorch's CPU operators run synchronously.
+_ASYNC_2_WAITING = {"cpu": set("abcde"), "accelerator": set("bce")}
+
+
+@exercise("async-computation", 2, framework="torch", blank=_no_letters,
+          prompt=("put the letters of the waiting lines into blocking.",
+                  "把会等待的那几行的字母放进变量 blocking。"))
+def _async_2_torch(blocking: Any, run: dict) -> Text:
+    (device,) = _needs(run, "device")
+    kind = "cpu" if device.type == "cpu" else "accelerator"
+    if letters(blocking) == _ASYNC_2_WAITING[kind]:
+        return correct(*{
+            "cpu": ("on a CPU, PyTorch runs each operator before the call returns, so every "
+                    "line waits.",
+                    "在 CPU 上，PyTorch 在调用返回之前就执行完每个算子，所以每一行都会等待。"),
+            "accelerator": ("only the lines that need a value on the host wait; the others "
+                            "queue work for the device and return.",
+                            "只有需要在主机上得到数值的那几行会等待；其余几行把工作排进设备的"
+                            "队列就返回了。")}[kind])
+    where = {"cuda": "GPU", "cpu": "CPU"}.get(device.type, device.type.upper())
+    return not_quite(f"with {where} tensors, which calls return before the work is done?",
+                     f"张量在 {where} 上时，哪些调用会在计算完成之前就返回？")
+
+
+@exercise("async-computation", 2, framework="mxnet", blank=_no_letters,
+          prompt=("put the letters of the waiting lines into blocking.",
+                  "把会等待的那几行的字母放进变量 blocking。"))
+def _async_2_mxnet(blocking: Any, run: dict) -> Text:
+    if letters(blocking) == _ASYNC_2_WAITING["accelerator"]:
+        return correct("MXNet's engine queues every operator, on a CPU too; only the lines "
+                       "that need a value on the host wait.",
+                       "MXNet 的引擎把每个算子都排进队列，在 CPU 上也是如此；只有需要在主机上"
+                       "得到数值的那几行会等待。")
+    return not_quite("which calls need a value on the host?", "哪些调用需要把值取回主机？")
+
+
+# ================================================================ concise multi-GPU training
+@exercise("multi-gpu-concise", 1, "batch_4", "lr_4")
+def _multi_gpu_1(answer: Any, run: dict) -> Text:
+    batch, lr = answer
+    if equal(batch, 4 * 256) and near(lr, 0.4, 1e-9):
+        return correct("with 4 times the examples per step, the linear scaling rule takes 4 "
+                       "times the learning rate.",
+                       "每一步的样本数变为 4 倍，按线性缩放规则，学习率也变为 4 倍。")
+    return not_quite("both grow with the number of devices.", "两者都随设备数增长。")
+
+
+def _shard_sizes(framework: str) -> list[int]:
+    """The shard sizes of 10 examples over 3 devices, as this framework's d2l splits them."""
+    if framework == "torch":
+        import torch
+
+        from d2l_ext import torch as d2l
+        shards, _ = d2l.split_batch(torch.zeros(10, 2), torch.zeros(10), [d2l.cpu()] * 3)
+    else:
+        from mxnet import np
+
+        from d2l_ext import mxnet as d2l
+        shards, _ = d2l.split_batch(np.zeros((10, 2)), np.zeros(10),
+                                    [d2l.cpu(i) for i in range(3)])
+    return [int(s.shape[0]) for s in shards]
+
+
+def _multi_gpu_2(framework: str) -> Callable[[Any, dict], Text]:
+    def judge(shard_sizes: Any, run: dict) -> Text:
+        try:
+            given = [int(s) for s in shard_sizes]
+        except (TypeError, ValueError):
+            given = None
+        if given == _shard_sizes(framework):
+            return correct("the shards differ by at most one example, the larger ones first.",
+                           "各分片的样本数最多相差一个，较大的分片在前。")
+        return not_quite("the sizes add up to 10 and differ by at most one; which shards get "
+                         "the extra example?",
+                         "各分片大小之和为 10，彼此最多相差 1；多出来的那个样本分给了哪些分片？")
+    return judge
+
+
+for _framework in FRAMEWORKS:
+    exercise("multi-gpu-concise", 2, "shard_sizes", framework=_framework)(
+        _multi_gpu_2(_framework))
+
+
+# ================================================================ tuning tips
+@exercise("tuning-tips", 1, "t_fixed_ms", "t_image_ms", "overhead_bound")
+def _tuning_1(answer: Any, run: dict) -> Text:
+    t_fixed_ms, t_image_ms, overhead_bound = answer
+    if (near(t_image_ms, 6 / 192, 1.5e-3) and near(t_fixed_ms, 8, 1e-2)
+            and overhead_bound == True):  # noqa: E712 (True, 1 and numpy's True all count)
+        return correct("8 ms of the 10 ms at a batch of 64 do not depend on the batch.",
+                       "批量为 64 时，10 毫秒里有 8 毫秒与批量无关。")
+    return not_quite("the slope between the two points is t_image, and t_fixed is what is "
+                     "left of 10 ms after 64 images.",
+                     "两点之间的斜率是 t_image，10 毫秒减去 64 张图像的时间就是 t_fixed。")
+
+
+@exercise("tuning-tips", 2, "unfused_bytes", "fused_bytes")
+def _tuning_2(answer: Any, run: dict) -> Text:
+    unfused, fused = answer
+    if equal(unfused, 44) and equal(fused, 8):
+        return correct("6 reads and 5 writes of 4 bytes, against one of each.",
+                       "读 6 次、写 5 次，每次 4 字节；融合后各一次。")
+    return not_quite("x * 0.5 and x / sqrt(2) both read x; the last multiplication reads two "
+                     "tensors. Each value is 4 bytes.",
+                     "x * 0.5 和 x / sqrt(2) 都要读 x，最后的乘法读两个张量；每个值占 4 字节。")
+
+
+_SMALL_VALUES = (1e-3, 1e-6, 1e-8, 1e-9)
+
+
+def _zeros(framework: str) -> list[set[float]]:
+    """Which of the small values become 0 in float16 and in bfloat16, as the framework
+    stores them (MXNet has no bfloat16 array: float32's exponent, so float32's range)."""
+    if framework == "torch":
+        import torch
+
+        return [{v for v in _SMALL_VALUES if torch.tensor(v, dtype=dtype).item() == 0}
+                for dtype in (torch.float16, torch.bfloat16)]
+    import numpy
+
+    return [{v for v in _SMALL_VALUES if float(numpy.array(v, dtype=dtype)) == 0}
+            for dtype in ("float16", "float32")]
+
+
+def _tuning_3(framework: str) -> Callable[[Any, dict], Text]:
+    def judge(answer: Any, run: dict) -> Text:
+        try:
+            given = [{float(v) for v in numbers} for numbers in answer]
+        except (TypeError, ValueError):
+            given = None
+        if given == _zeros(framework):
+            return correct("below half of float16's smallest subnormal a number rounds to 0; "
+                           "bfloat16 keeps float32's exponent, so all four survive, coarsely.",
+                           "小于 float16 最小非规格化数的一半时，数会舍入为 0；bfloat16 保留了"
+                           " float32 的指数，所以四个数都保得住，只是精度较粗。")
+        return not_quite("float16's smallest positive number is about 6e-8 (a subnormal), "
+                         "bfloat16 has float32's exponent; compare each number with them.",
+                         "float16 能表示的最小正数约为 6e-8（一个非规格化数），bfloat16 的指数与 "
+                         "float32 相同；拿每个数和它们比一比。")
+    return judge
+
+
+for _framework in FRAMEWORKS:
+    exercise("tuning-tips", 3, "zero_in_fp16", "zero_in_bf16", framework=_framework)(
+        _tuning_3(_framework))
+
+
+# ================================================================ host-device synchronisation
+@exercise("host-device-sync", 1, "syncing", framework="torch")
+def _sync_1_torch(syncing: Any, run: dict) -> Text:
+    if letters(syncing) == set("cdf"):
+        return correct(".item() and print need a value, x[x > 0] a size.",
+                       ".item() 和 print 需要数值，x[x > 0] 需要结果的大小。")
+    return not_quite("only operations that need a value or a result's size on the host wait "
+                     "for the device.",
+                     "只有需要在主机上得到数值或结果大小的操作，才会等待设备。")
+
+
+@exercise("host-device-sync", 1, "syncing", framework="mxnet")
+def _sync_1_mxnet(syncing: Any, run: dict) -> Text:
+    if letters(syncing) == set("cdf"):
+        return correct("float and print copy values to the host, x[x > 0] needs the result's "
+                       "shape; the engine makes Python wait for them on a CPU too.",
+                       "float 和 print 要把数值复制到主机，x[x > 0] 需要结果的形状；即使在 CPU "
+                       "上，引擎也会让 Python 等它们算完。")
+    return not_quite("only operations that need a value or a result's shape on the host wait "
+                     "for the engine.",
+                     "只有需要在主机上得到数值或结果形状的操作，才会等待引擎。")
+
+
+@exercise("host-device-sync", 2, "num_steps_answer", "num_distinct_answer")
+def _sync_2(answer: Any, run: dict) -> Text:
+    steps, distinct = answer
+    if equal(steps, 3) and equal(distinct, 4):
+        return correct("the values change 3 times, so there are 4 of them.",
+                       "数值变了 3 次，所以一共有 4 个不同的值。")
+    return not_quite("count the places where a value differs from the one before it.",
+                     "数一数有几处数值与前一个不同。")
+
+
+_SYNC_5_HINT = ("count them with step_costs, as the table of counts above does, after adding "
+                "the read to both losses.",
+                "给两个损失都加上这次读取，再像上面的计数表那样用 step_costs 数一数。")
+_SYNC_5_RIGHT = {
+    "torch": ("the cost model expects neither step to get much slower: in the original the "
+              "new wait falls at the start of the span B or inside it, and a single "
+              "synchronisation makes no span B at all. What it costs is what the model leaves "
+              "out: its latency, and the device's idle time right after it.",
+              "按成本模型，两个版本的一步都不会明显变慢：在原始版本里，新增的等待落在 B 段的开头"
+              "或其中；而只有一处同步时，根本形成不了 B 段。这次同步的代价在于模型没有计入的部分："
+              "同步本身的延迟，以及紧随其后设备空闲的时间。"),
+    "mxnet": ("float(...) waits in MXNDArraySyncCopyToCPU. The cost model expects neither "
+              "step to get much slower: in the original the new wait falls at the start of "
+              "the span B or inside it, and a single wait makes no span B at all. What it "
+              "costs is what the model leaves out: its latency, and the engine's idle time "
+              "right after it.",
+              "float(...) 在 MXNDArraySyncCopyToCPU 里等待。按成本模型，两个版本的一步都不会"
+              "明显变慢：在原始版本里，新增的等待落在 B 段的开头或其中；而只有一处等待时，根本形成"
+              "不了 B 段。这次等待的代价在于模型没有计入的部分：等待本身的延迟，以及紧随其后引擎"
+              "空闲的时间。"),
+}
+
+
+def _sync_5(framework: str) -> Callable[[Any, dict], Text]:
+    def judge(syncs_with_item: Any, run: dict) -> Text:
+        costs, final = _needs(run, "costs", "final")
+        expected = (costs["original"]["syncs"] + 1, costs[final]["syncs"] + 1)
+        try:
+            given = tuple(syncs_with_item)
+        except TypeError:
+            given = None
+        if given is not None and len(given) == 2 and all(map(equal, given, expected)):
+            return correct(*_SYNC_5_RIGHT[framework])
+        return not_quite(*_SYNC_5_HINT)
+    return judge
+
+
+for _framework in FRAMEWORKS:
+    exercise("host-device-sync", 5, "syncs_with_item", framework=_framework)(
+        _sync_5(_framework))
+
+
+# ================================================================ GPU basics
+@exercise("gpu-basics", 1, "copy_ms")
+def _gpu_1(copy_ms: Any, run: dict) -> Text:
+    if near(copy_ms, 2**28 * 4 / 25e9 * 1e3, 1):
+        return correct("2^28 × 4 bytes = 1.07 GB, at 25 GB/s 43 ms.",
+                       "2^28 × 4 字节 = 1.07 GB，按 25 GB/s 需要 43 毫秒。")
+    return not_quite("a float32 takes 4 bytes; divide the bytes by the bandwidth.",
+                     "一个 float32 占 4 字节；用字节数除以带宽。")
+
+
+@exercise("gpu-basics", 2, "training_state_mb")
+def _gpu_2(training_state_mb: Any, run: dict) -> Text:
+    if near(training_state_mb, 120, 1):
+        return correct("three copies of 10 million float32 numbers, 40 MB each.",
+                       "三份 1000 万个 float32，每份 40 MB。")
+    return not_quite("count the parameters, one gradient per parameter and one momentum "
+                     "value per parameter, at 4 bytes each.",
+                     "参数、每个参数一个梯度、每个参数一个动量值，各占 4 字节。")
+
+
+@exercise("gpu-basics", 3, "intensity_batch")
+def _gpu_3(intensity_batch: Any, run: dict) -> Text:
+    n, b = 8192, 8
+    if near(intensity_batch, 2 * n**2 * b / (4 * (n**2 + 2 * n * b)), 0.05):
+        return correct("2n^2 b FLOPs over 4(n^2 + 2nb) bytes is about b/2 = 4 FLOP/byte, a "
+                       "fifth of a ridge point of 20: memory-bound. The intensity grows with "
+                       "the batch, and reaches 20 near b = 40.",
+                       "2n^2 b 次浮点运算除以 4(n^2 + 2nb) 字节，约为 b/2 = 4 FLOP/字节，只有"
+                       "脊点 20 的 1/5：受限于内存。算术强度随批量增大，b 约为 40 时达到 20。")
+    return not_quite("the weights dominate the bytes, 4 bytes per element; divide the FLOPs "
+                     "by the bytes.",
+                     "字节数主要来自权重矩阵，每个元素 4 字节；用浮点运算次数除以字节数。")
+
+
+@exercise("gpu-basics", 4, "makes_it_right", framework="torch")
+def _gpu_4_torch(makes_it_right: Any, run: dict) -> Text:
+    if letters(makes_it_right) == set("ab"):
+        return correct("the side stream must start after the fill, and both (a) and (b) "
+                       "ensure that; record_stream only protects memory reuse.",
+                       "侧流必须在填充之后才开始，（a）和（b）都能保证这一点；record_stream "
+                       "只防止显存被提前复用。")
+    return not_quite("ask of each whether the sum can start before the fill has finished.",
+                     "逐项想一想，求和是否可能在填充完成之前开始。")
+
+
+@exercise("gpu-basics", 4, "makes_it_wrong", framework="mxnet")
+def _gpu_4_mxnet(makes_it_wrong: Any, run: dict) -> Text:
+    if letters(makes_it_wrong) == {"d"}:
+        return correct("the engine orders every read after the writes to the same array, on "
+                       "any device and however long the queue.",
+                       "无论在哪个设备上、队列有多长，引擎都会把每次读排在对同一数组的写之后。")
+    return not_quite("what does MXNet's engine know about the arrays that each operation "
+                     "reads and writes?",
+                     "MXNet 的引擎对每个操作读写哪些数组知道些什么？")
+
+
+def _is_false(answer: Any) -> bool:
+    """``False``, ``0`` or ``"false"`` (the data-parallel check always has two devices or
+    more, so on every machine the slices' statistics differ)."""
+    return str(answer).strip().lower() in {"false", "0"}
+
+
+@exercise("gpu-basics", 5, "bn_outputs_match", framework="torch")
+def _gpu_5_torch(bn_outputs_match: Any, run: dict) -> Text:
+    if _is_false(bn_outputs_match):
+        return correct("in training mode each replica normalises its slice with that slice's "
+                       "mean and variance, not the whole batch's. nn.SyncBatchNorm would not "
+                       "help: it synchronises over the processes of an initialised "
+                       "torch.distributed process group, and a DataParallel program is one "
+                       "process without one, where it computes a plain BatchNorm.",
+                       "训练模式下，每个副本用自己那一片的均值和方差做规范化，而不是整个批量的。"
+                       "nn.SyncBatchNorm 也帮不上忙：它在已初始化的 torch.distributed 进程组的"
+                       "各进程之间同步，而 DataParallel 程序只有一个进程，没有进程组，这时它算的"
+                       "就是普通的批量规范化。")
+    return not_quite("in training mode, which examples does BatchNorm take its mean and "
+                     "variance from in each replica?",
+                     "训练模式下，每个副本中的批量规范化层用哪些样本来计算均值和方差？")
+
+
+@exercise("gpu-basics", 5, "bn_outputs_match", framework="mxnet")
+def _gpu_5_mxnet(bn_outputs_match: Any, run: dict) -> Text:
+    if _is_false(bn_outputs_match):
+        return correct("in training mode each device normalises its slice with that slice's "
+                       "mean and variance, not the whole batch's. "
+                       "gluon.contrib.nn.SyncBatchNorm computes them over all the devices of "
+                       "the process.",
+                       "训练模式下，每个设备用自己那一片的均值和方差做规范化，而不是整个批量的。"
+                       "gluon.contrib.nn.SyncBatchNorm 则在本进程的所有设备上计算这些统计量。")
+    return not_quite("under autograd.record(), which examples does BatchNorm take its mean "
+                     "and variance from on each device?",
+                     "在 autograd.record() 之下，每个设备上的批量规范化层用哪些样本来计算均值和"
+                     "方差？")
+
+
+# ================================================================ communication
+@exercise("communication", 1, "megabytes_sent")
+def _comm_1(megabytes_sent: Any, run: dict) -> Text:
+    if near(megabytes_sent, 2 * 7 / 8 * 100, 0.5):
+        return correct("2 (k - 1) / k x 100 MB = 175 MB, in 14 chunks of 12.5 MB.",
+                       "2(k - 1)/k × 100 MB = 175 MB，分 14 块发出，每块 12.5 MB。")
+    if near(megabytes_sent, 100, 0.5) or near(megabytes_sent, 200, 0.5):
+        return not_quite("count the chunks. Each of the 2 (k - 1) steps sends one chunk of "
+                         "n / k bytes.",
+                         "数一数块数。2(k - 1) 步中的每一步发送一块 n/k 字节。")
+    return not_quite("reduce-scatter and all-gather each take k - 1 steps.",
+                     "归约散射和全收集各需要 k - 1 步。")
+
+
+@exercise("communication", 2, "ring_ms", "server_ms")
+def _comm_2(answer: Any, run: dict) -> Text:
+    ring_ms, server_ms = answer
+    a, b, n, k = 50e-6, 10e9, 100e6, 4
+    right_ring = (2 * (k - 1) * a + 2 * (k - 1) / k * n / b) * 1e3
+    right_server = 2 * (k - 1) * (a + n / b) * 1e3
+    if near(ring_ms, right_ring, 0.05) and near(server_ms, right_server, 0.05):
+        return correct(f"ring {right_ring:.1f} ms (the latencies are only 0.3 ms of it), "
+                       f"server {right_server:.1f} ms, four times the ring's bandwidth term.",
+                       f"环 {right_ring:.1f} 毫秒（其中延迟只占 0.3 毫秒），服务器 "
+                       f"{right_server:.1f} 毫秒，带宽项是环的 4 倍。")
+    return not_quite("ring 2(k-1) alpha + 2 (k-1)/k n / beta; server 2(k-1)(alpha + n/beta).",
+                     "环是 2(k-1) alpha + 2(k-1)/k · n/beta；服务器是 2(k-1)(alpha + n/beta)。")
+
+
+def _first_cause(err: Exception) -> str:
+    """The line of a failed ``comm.spawn`` that says why: the failing rank's last line."""
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    causes = [line for line in lines if not line.startswith(("(also", "The other"))]
+    return causes[-1].strip() if lines[0].endswith("failed:") else lines[0]
+
+
+def _problems_verdict(problems: list[Text], right: tuple[str, str]) -> Text:
+    if problems:
+        return message(en="Not quite: " + "; ".join(p.en for p in problems) + ".",
+                       zh="还不对：" + "；".join(p.zh for p in problems) + "。")
+    return correct(*right)
+
+
+@exercise("communication", 4, framework="torch",
+          prompt=("write recursive_doubling_all_reduce in doubling.py (the cell above), run "
+                  "that cell, set written = True, then run this cell again.",
+                  "在 doubling.py（上面的单元格）中写好 recursive_doubling_all_reduce，运行那个"
+                  "单元格，把 written 设为 True，然后再运行这个单元格。"))
+def _comm_4_torch(function: Callable, run: dict) -> Text:
+    """The reader's all-reduce against dist.all_reduce on 2 and 4 processes, with the
+    chapter's ``matches`` (comm_lab.matches_all_reduce, run on every rank)."""
+    from d2l_ext import comm
+
+    (matches,) = _needs(run, "matches")
+    problems = []
+    for k in (2, 4):
+        try:
+            agree = comm.spawn(matches, k, function, [1, 5, 1001], timeout=60)
+        except RuntimeError as err:  # a rank raised, died or hung: say which, and why
+            detail = _first_cause(err)
+            problems.append(Text(f"with {k} processes a rank failed or hung ({detail})",
+                                 f"{k} 个进程时，有进程出错或卡住（{detail}）"))
+            continue
+        wrong = [rank for rank, checks in enumerate(agree) if not all(checks)]
+        if wrong:
+            problems.append(Text(f"with {k} processes, rank(s) {wrong} did not end with "
+                                 "dist.all_reduce's sum in x itself",
+                                 f"{k} 个进程时，进程 {wrong} 最后在 x 中得到的不是 "
+                                 "dist.all_reduce 的和"))
+    return _problems_verdict(problems, (
+        "with 2 and 4 processes, every rank ended with dist.all_reduce's sum in x.",
+        "2 个和 4 个进程时，每个进程最后都在 x 中得到了 dist.all_reduce 的和。"))
+
+
+@exercise("communication", 3, framework="mxnet",
+          prompt=("write allreduce_doubling in the cell above, run it, set written = True, "
+                  "then run this cell again.",
+                  "在上面的单元格中写好 allreduce_doubling 并运行，把 written 设为 True，然后再"
+                  "运行这个单元格。"))
+def _comm_3_mxnet(function: Callable, run: dict) -> Text:
+    """The reader's doubling over 2 and 4 contexts against the ``device`` kvstore's sum, on
+    the chapter's ``integer_data`` (small integers: their sums are exact)."""
+    import mxnet as mx
+    from mxnet import np, npx
+
+    (integer_data,) = _needs(run, "integer_data")
+    problems = []
+    for k in (2, 4):
+        contexts = [npx.cpu(i) for i in range(k)]
+        mx.random.seed(k)
+        data = integer_data(1001, contexts)
+        expected = [x.copy() for x in data]
+        kv = mx.kv.create("device")
+        kv.init(0, np.zeros(1001))
+        kv.pushpull(0, expected, out=expected)
+        try:
+            function(data)
+            npx.waitall()
+        except Exception as err:  # the reader's code: report it, do not stop here
+            problems.append(Text(f"with {k} contexts it raised {err!r}",
+                                 f"{k} 个上下文时，它抛出了 {err!r}"))
+            continue
+        wrong = [i for i, (x, y) in enumerate(zip(data, expected)) if not bool((x == y).all())]
+        if wrong:
+            problems.append(Text(f"with {k} contexts, context(s) {wrong} do not hold the "
+                                 "kvstore's sum",
+                                 f"{k} 个上下文时，上下文 {wrong} 中的值不是 kvstore 求出的和"))
+    return _problems_verdict(problems, (
+        "with 2 and 4 contexts, every context holds the kvstore's sum.",
+        "2 个和 4 个上下文时，每个上下文中都是 kvstore 求出的和。"))
+
+
+def _exposed_seconds(k: int, tokens: int = 16 * 16_384, busbw: float = 50e9,
+                     gpu_flops: float = 400e12) -> float:
+    """Exercise 7's scaling model: the all-reduce's time left after the overlappable two
+    thirds of the backward pass (a 0.5e9-parameter model, 1 GB of gradients)."""
+    compute = 6 * 0.5e9 * tokens / k / gpu_flops
+    return max(0.0, 2 * (k - 1) / k * 1e9 / busbw - 4 / 6 * compute)
+
+
+@exercise("communication", 7, "largest_k", "exposed_ms_64")
+def _comm_7(answer: Any, run: dict) -> Text:
+    largest_k, exposed_ms_64 = answer
+    right_k = max(k for k in (16, 32, 64, 128) if _exposed_seconds(k) == 0)
+    right_ms = _exposed_seconds(64) * 1e3
+    if equal(largest_k, right_k) and near(exposed_ms_64, right_ms, 0.1 - 1e-12):
+        return correct(f"doubling the batch doubles each GPU's backward pass, which covers the "
+                       f"all-reduce up to {right_k} GPUs; with 64 GPUs {right_ms:.1f} ms stay "
+                       f"exposed.",
+                       f"批量翻倍后，每块 GPU 的反向传播也长了一倍，GPU 数不超过 {right_k} 块时"
+                       f"都能把全归约完全遮住；64 块 GPU 时仍有 {right_ms:.1f} 毫秒暴露在外。")
+    if equal(largest_k, right_k):
+        return message(en="Half right: the number of GPUs is right; for the milliseconds, "
+                          "subtract the overlappable backward pass from the all-reduce.",
+                       zh="对了一半：GPU 数对了；算毫秒数时，要从全归约的时间里减去可以与之重叠"
+                          "的反向传播时间。")
+    return not_quite("each GPU computes 6 N x tokens / k / (400 TFLOP/s), two thirds of it "
+                     "overlappable; the ring's all-reduce over the network takes "
+                     "2 (k - 1) / k x 1 GB / (50 GB/s).",
+                     "每块 GPU 的计算时间是 6N × 词元数 ÷ k ÷ 400 TFLOP/s，其中三分之二可以与通信"
+                     "重叠；经网络的环形全归约耗时 2(k - 1)/k × 1 GB ÷ 50 GB/s。")
+
+
+# ================================================================ memory
+@exercise("memory", 1, "state_gb", "per_process_gb")
+def _memory_1(answer: Any, run: dict) -> Text:
+    state_gb, per_process_gb = answer
+    if near(state_gb, 24, 0.05 - 1e-12) and near(per_process_gb, 3, 0.05 - 1e-12):
+        return correct("16 x 1.5e9 bytes = 24 GB; ZeRO-3 keeps 1/8 of it, 3 GB, per process "
+                       "(plus activations and the gathered layers).",
+                       "16 × 1.5e9 字节 = 24 GB；ZeRO-3 让每个进程只保留其中的 1/8，即 3 GB"
+                       "（另加激活和临时收集的层）。")
+    if near(state_gb, 24 * 1e9 / 2**30, 0.05 - 1e-12):
+        return close("that is GiB (2³⁰ bytes); the exercise asks for GB (10⁹ bytes).",
+                     "这是 GiB（2³⁰ 字节）；题目要的是 GB（10⁹ 字节）。")
+    return not_quite("multiply the parameters by 16 bytes; ZeRO-3 divides all of it by the "
+                     "number of processes.",
+                     "参数个数乘以 16 字节；ZeRO-3 把全部状态除以进程数。")
+
+
+@exercise("memory", 2, "best_segments")
+def _memory_2(best_segments: Any, run: dict) -> Text:
+    if equal(best_segments, 8):
+        return correct("s - 1 + 64 / s is 15 at s = 8 (the square root of 64), against 64 "
+                       "layers without checkpointing.",
+                       "s = 8（64 的平方根）时 s - 1 + 64/s = 15，不做检查点时是 64 层。")
+    return not_quite("minimise s - 1 + n / s; the two terms balance near the square root of n.",
+                     "求 s - 1 + n/s 的最小值；两项在 n 的平方根附近相互平衡。")
+
+
+@exercise("memory", 7, "zero2_gb")
+def _memory_7(zero2_gb: Any, run: dict) -> Text:
+    if near(zero2_gb, 2 * 13 + (2 + 12) * 13 / 16, 0.05 - 1e-12):
+        return correct("stage 2 keeps the 16-bit weights whole and shards the gradients and "
+                       "the optimizer state over the 16 processes.",
+                       "第 2 阶段完整保留 16 位权重，把梯度和优化器状态分到 16 个进程上。")
+    if near(zero2_gb, 61.75, 0.05 - 1e-12) or near(zero2_gb, 13, 0.05 - 1e-12):
+        return not_quite("that is another stage; stage 2 shards the gradients and the "
+                         "optimizer state, not the weights.",
+                         "这是另一个阶段的结果；第 2 阶段分片的是梯度和优化器状态，不是权重。")
+    return not_quite("count 2 bytes of weights per parameter in full, and the other 2 + 12 "
+                     "divided by the number of processes.",
+                     "每个参数的 2 字节权重全额计入，其余 2 + 12 字节除以进程数。")
+
+
+@exercise("memory", 8, "factored_bytes")
+def _memory_8(factored_bytes: Any, run: dict) -> Text:
+    rows, columns = 4096, 11008
+    if equal(factored_bytes, (rows + columns) * 4):
+        return correct("one float32 number per row and per column, against two per entry for "
+                       "Adam.",
+                       "每行、每列各一个 float32 数，而 Adam 每个元素要两个。")
+    if equal(factored_bytes, (rows + columns) * 4 + 4):
+        return close("the exercise leaves out the step counter.", "题目不计步数计数器。")
+    if equal(factored_bytes, rows + columns):
+        return close("that is numbers, not bytes; each is a float32.",
+                     "这是数的个数，不是字节数；每个数是 float32。")
+    return not_quite("an m x n matrix has m row means and n column means.",
+                     "m × n 的矩阵有 m 个行均值和 n 个列均值。")
+
+
+@exercise("memory", 9, "sequences_per_gpu")
+def _memory_9(sequences_per_gpu: Any, run: dict) -> Text:
+    fits = (72 - 16 * 13 / 8) / 6
+    if equal(sequences_per_gpu, math.floor(fits)):
+        return correct("the state is 16 x 13e9 / 8 bytes per GPU, and the rest holds 7 whole "
+                       "sequences.",
+                       "每块 GPU 的状态是 16 × 13e9 / 8 字节，剩下的空间能放下 7 个完整的序列。")
+    if equal(sequences_per_gpu, math.ceil(fits)):
+        return close("round down; a part of a sequence does not fit.",
+                     "要向下取整，半个序列是放不下的。")
+    return not_quite("divide the 16 bytes per parameter by the number of GPUs, subtract from "
+                     "the usable memory, and divide by the activations.",
+                     "把每个参数的 16 字节除以 GPU 数，从可用显存中减去，再除以每个序列的激活。")

@@ -1,0 +1,146 @@
+"""The message catalogue: the chapters' sentences live in d2l_ext/messages/<chapter>.toml, and
+the chapters' code cells name them (d2l.say / d2l.figure_text) instead of carrying prose."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from d2l_ext import catalogue, i18n
+
+ROOT = Path(__file__).resolve().parents[1]
+MESSAGES = ROOT / "d2l_ext" / "messages"
+EXERCISES = re.compile(r"^## (Exercises|练习)\s*$", re.M)
+
+
+@pytest.fixture
+def lang(monkeypatch):
+    def set_lang(value: str) -> None:
+        monkeypatch.setenv("D2L_LANG", value)
+    return set_lang
+
+
+def test_say_fills_the_readers_language(lang):
+    key = "async-computation/ten-products-of-fresh-float32-matrices"
+    lang("en")
+    assert catalogue.say(key) == catalogue.entry(key)["en"]
+    lang("zh")
+    text = catalogue.say(key)
+    assert text == catalogue.entry(key)["zh"] and text.en == catalogue.entry(key)["en"]
+
+
+def test_a_text_value_fills_each_language_with_its_own_side(lang):
+    key = "async-computation/the-torch-mm-call-took-reading"
+    assert catalogue.fields(catalogue.entry(key)["en"]) == {"t_call", "t_read"}
+    lang("en")
+    call, read = i18n.message("ONE", "一"), i18n.message("TWO", "二")
+    text = catalogue.say(key, t_call=call, t_read=read)
+    assert "ONE" in text.en and "TWO" in text.en and "一" in text.zh and "二" in text.zh
+    assert "一" not in text.en and "ONE" not in text.zh
+
+
+def test_format_specs_work_as_in_an_f_string(tmp_path, monkeypatch):
+    monkeypatch.setattr(catalogue, "_chapter", lambda chapter: {
+        "k": {"en": "{x:,.1f} of {n:>4} ({w:{width}})", "zh": "{x:,.1f}，{n}"}})
+    text = catalogue.say("c/k", x=12345.678, n=7, w="ab", width=3)
+    assert text.en == "12,345.7 of    7 (ab )" and text.zh == "12,345.7，7"
+    assert catalogue.fields("{w:{width}} {a.b} {c[0]}") == {"w", "width", "a", "c"}
+
+
+def test_bad_keys_and_missing_values_say_what_to_do():
+    with pytest.raises(KeyError, match="<chapter>/<name>"):
+        catalogue.say("no-slash")
+    with pytest.raises(KeyError, match="no message catalogue.*known: .*memory"):
+        catalogue.say("not-a-chapter/x")
+    with pytest.raises(KeyError, match="no message 'nope'"):
+        catalogue.say("memory/nope")
+    with pytest.raises(TypeError, match="needs t_call, t_read"):
+        catalogue.say("async-computation/the-torch-mm-call-took-reading")
+
+
+def test_figure_text_is_a_label(lang, monkeypatch):
+    monkeypatch.setattr(catalogue, "_chapter", lambda chapter: {
+        "axis": {"en": "time (ms)", "zh": "时间（毫秒）"}})
+    lang("en")
+    assert catalogue.figure_text("c/axis") == "time (ms)"
+    assert i18n.LABELS["time (ms)"] == "时间（毫秒）"
+
+
+def test_every_catalogue_entry_has_both_languages_and_the_same_values():
+    for path in sorted(MESSAGES.glob("*.toml")):
+        chapter = path.stem
+        for name, texts in catalogue._chapter(chapter).items():
+            assert texts["en"].strip() and texts["zh"].strip(), f"{chapter}/{name} is empty"
+            en, zh = catalogue.fields(texts["en"]), catalogue.fields(texts["zh"])
+            # a Chinese sentence may leave out or add a value, never invent one
+            assert en or zh or texts["en"].format() is not None
+
+
+def test_the_catalogue_ships_in_the_wheel():
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"messages/*.toml"' in text
+
+
+# ---------------------------------------------------------------- the chapters' use of it
+def _code_cells(name: str, lang: str):
+    pytest.importorskip("yaml", reason="the book tools need the full environment")
+    sys.path.insert(0, str(ROOT / "tools"))
+    from pipeline import config, sources
+
+    text = (config.CHAPTERS / lang / f"{name}.md").read_text(encoding="utf-8")
+    return [c.source for c in sources.parse(config.CHAPTERS / lang / f"{name}.md").cells
+            if c.kind == "code"], text
+
+
+def _calls(source: str):
+    lines = [(ln[:len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!"))
+              else ln) for ln in source.split("\n")]
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                node.func.attr in ("say", "figure_text", "message", "label"):
+            yield node
+
+
+def _chapter_names() -> list[str]:
+    return sorted(p.stem for p in MESSAGES.glob("*.toml"))
+
+
+@pytest.mark.parametrize("name", _chapter_names())
+def test_every_key_a_chapter_says_exists_and_gets_its_values(name):
+    used = set()
+    for source in _code_cells(name, "en")[0]:
+        for call in _calls(source):
+            if call.func.attr not in ("say", "figure_text"):
+                continue
+            key = call.args[0].value
+            texts = catalogue.entry(key)
+            given = {k.arg for k in call.keywords}
+            needed = catalogue.fields(texts["en"]) | catalogue.fields(texts["zh"])
+            assert needed <= given, f"{key} needs {needed - given}"
+            used.add(key.partition("/")[2])
+    unused = set(catalogue._chapter(name)) - used
+    assert not unused, f"d2l_ext/messages/{name}.toml: entries no cell uses: {sorted(unused)}"
+
+
+@pytest.mark.parametrize("name", _chapter_names())
+def test_code_cells_carry_no_literal_prose(name):
+    """A message with literal English and Chinese in a code cell belongs in the catalogue
+    (texts computed from the run's own names, e.g. a dictionary's entries, may stay)."""
+    cells, text = _code_cells(name, "en")
+    limit = EXERCISES.search(text)
+    before = text[:limit.start()] if limit else text
+    literal = []
+    for source in cells:
+        if source not in before:
+            continue
+        for call in _calls(source):
+            kw = {k.arg: k.value for k in call.keywords}
+            if set(kw) == {"en", "zh"} and all(
+                    isinstance(v, (ast.Constant, ast.JoinedStr)) for v in kw.values()) and \
+                    any(isinstance(v, ast.JoinedStr) or v.value for v in kw.values()):
+                literal.append(ast.unparse(call)[:80])
+    assert not literal, f"move these into d2l_ext/messages/{name}.toml: {literal}"
