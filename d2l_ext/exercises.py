@@ -107,6 +107,27 @@ def letters(answer: Any) -> set[str]:
     return {c.lower() for c in "".join(map(str, answer)) if c.isalpha()}
 
 
+def letter_choice(chapter: str, number: int, variable: str, answer: str,
+                  why: tuple[str, str], hint: tuple[str, str], *,
+                  framework: str | None = None, **options) -> None:
+    """Register an exercise whose answer is a set of letters (``answer``, e.g. ``"cdf"``, in
+    any order or form :func:`letters` reads): "Correct: <why>" or "Not quite: <hint>"."""
+    def judge(value: Any, run: dict) -> Text:
+        return correct(*why) if letters(value) == set(answer) else not_quite(*hint)
+    exercise(chapter, number, variable, framework=framework, **options)(judge)
+
+
+def number_answer(chapter: str, number: int, variable: str, why: tuple[str, str],
+                  hint: tuple[str, str], *, within: tuple[float, float] | None = None,
+                  exactly: Any = None, framework: str | None = None, **options) -> None:
+    """Register an exercise whose answer is one number: :func:`near` its target (``within =
+    (target, tolerance)``), or :func:`equal` to ``exactly``."""
+    def judge(value: Any, run: dict) -> Text:
+        right = near(value, *within) if within is not None else equal(value, exactly)
+        return correct(*why) if right else not_quite(*hint)
+    exercise(chapter, number, variable, framework=framework, **options)(judge)
+
+
 def near(value: Any, target: float, tolerance: float) -> bool:
     """Whether ``value`` is a number within ``tolerance`` of ``target``."""
     try:
@@ -348,7 +369,8 @@ def _tuning_3(framework: str) -> Callable[[Any, dict], Text]:
                            " float32 的指数，所以四个数都保得住，只是精度较粗。")
         return not_quite("float16's smallest positive number is about 6e-8 (a subnormal), "
                          "bfloat16 has float32's exponent; compare each number with them.",
-                         "float16 能表示的最小正数约为 6e-8（一个非规格化数），bfloat16 的指数与 "
+                         "float16 能表示的最小正数约为 6 × 10⁻⁸（一个非规格化数），"
+                         "bfloat16 的指数与 "
                          "float32 相同；拿每个数和它们比一比。")
     return judge
 
@@ -359,26 +381,20 @@ for _framework in FRAMEWORKS:
 
 
 # ================================================================ host-device synchronisation
-@exercise("host-device-sync", 1, "syncing", framework="torch")
-def _sync_1_torch(syncing: Any, run: dict) -> Text:
-    if letters(syncing) == set("cdf"):
-        return correct(".item() and print need a value, x[x > 0] a size.",
-                       ".item() 和 print 需要数值，x[x > 0] 需要结果的大小。")
-    return not_quite("only operations that need a value or a result's size on the host wait "
-                     "for the device.",
-                     "只有需要在主机上得到数值或结果大小的操作，才会等待设备。")
-
-
-@exercise("host-device-sync", 1, "syncing", framework="mxnet")
-def _sync_1_mxnet(syncing: Any, run: dict) -> Text:
-    if letters(syncing) == set("cdf"):
-        return correct("float and print copy values to the host, x[x > 0] needs the result's "
-                       "shape; the engine makes Python wait for them on a CPU too.",
-                       "float 和 print 要把数值复制到主机，x[x > 0] 需要结果的形状；即使在 CPU "
-                       "上，引擎也会让 Python 等它们算完。")
-    return not_quite("only operations that need a value or a result's shape on the host wait "
-                     "for the engine.",
-                     "只有需要在主机上得到数值或结果形状的操作，才会等待引擎。")
+letter_choice("host-device-sync", 1, "syncing", "cdf", framework="torch",
+              why=(".item() and print need a value, x[x > 0] a size.",
+                   ".item() 和 print 需要数值，x[x > 0] 需要结果的大小。"),
+              hint=("only operations that need a value or a result's size on the host wait "
+                    "for the device.",
+                    "只有需要在主机上得到数值或结果大小的操作，才会等待设备。"))
+letter_choice("host-device-sync", 1, "syncing", "cdf", framework="mxnet",
+              why=("float and print copy values to the host, x[x > 0] needs the result's "
+                   "shape; the engine makes Python wait for them on a CPU too.",
+                   "float 和 print 要把数值复制到主机，x[x > 0] 需要结果的形状；即使在 CPU "
+                   "上，引擎也会让 Python 等它们算完。"),
+              hint=("only operations that need a value or a result's shape on the host wait "
+                    "for the engine.",
+                    "只有需要在主机上得到数值或结果形状的操作，才会等待引擎。"))
 
 
 @exercise("host-device-sync", 2, "num_steps_answer", "num_distinct_answer")
@@ -434,23 +450,19 @@ for _framework in FRAMEWORKS:
 
 
 # ================================================================ GPU basics
-@exercise("gpu-basics", 1, "copy_ms")
-def _gpu_1(copy_ms: Any, run: dict) -> Text:
-    if near(copy_ms, 2**28 * 4 / 25e9 * 1e3, 1):
-        return correct("2^28 × 4 bytes = 1.07 GB, at 25 GB/s 43 ms.",
-                       "2^28 × 4 字节 = 1.07 GB，按 25 GB/s 需要 43 毫秒。")
-    return not_quite("a float32 takes 4 bytes; divide the bytes by the bandwidth.",
-                     "一个 float32 占 4 字节；用字节数除以带宽。")
+number_answer("gpu-basics", 1, "copy_ms", within=(2**28 * 4 / 25e9 * 1e3, 1),
+              why=("2^28 × 4 bytes = 1.07 GB, at 25 GB/s 43 ms.",
+                   "2²⁸ × 4 字节 = 1.07 GB，按 25 GB/s 需要 43 毫秒。"),
+              hint=("a float32 takes 4 bytes; divide the bytes by the bandwidth.",
+                    "一个 float32 占 4 字节；用字节数除以带宽。"))
 
 
-@exercise("gpu-basics", 2, "training_state_mb")
-def _gpu_2(training_state_mb: Any, run: dict) -> Text:
-    if near(training_state_mb, 120, 1):
-        return correct("three copies of 10 million float32 numbers, 40 MB each.",
-                       "三份 1000 万个 float32，每份 40 MB。")
-    return not_quite("count the parameters, one gradient per parameter and one momentum "
-                     "value per parameter, at 4 bytes each.",
-                     "参数、每个参数一个梯度、每个参数一个动量值，各占 4 字节。")
+number_answer("gpu-basics", 2, "training_state_mb", within=(120, 1),
+              why=("three copies of 10 million float32 numbers, 40 MB each.",
+                   "三份 1000 万个 float32，每份 40 MB。"),
+              hint=("count the parameters, one gradient per parameter and one momentum "
+                    "value per parameter, at 4 bytes each.",
+                    "参数、每个参数一个梯度、每个参数一个动量值，各占 4 字节。"))
 
 
 @exercise("gpu-basics", 3, "intensity_batch")
@@ -467,26 +479,20 @@ def _gpu_3(intensity_batch: Any, run: dict) -> Text:
                      "字节数主要来自权重矩阵，每个元素 4 字节；用浮点运算次数除以字节数。")
 
 
-@exercise("gpu-basics", 4, "makes_it_right", framework="torch")
-def _gpu_4_torch(makes_it_right: Any, run: dict) -> Text:
-    if letters(makes_it_right) == set("ab"):
-        return correct("the side stream must start after the fill, and both (a) and (b) "
-                       "ensure that; record_stream only protects memory reuse.",
-                       "侧流必须在填充之后才开始，（a）和（b）都能保证这一点；record_stream "
-                       "只防止显存被提前复用。")
-    return not_quite("ask of each whether the sum can start before the fill has finished.",
-                     "逐项想一想，求和是否可能在填充完成之前开始。")
-
-
-@exercise("gpu-basics", 4, "makes_it_wrong", framework="mxnet")
-def _gpu_4_mxnet(makes_it_wrong: Any, run: dict) -> Text:
-    if letters(makes_it_wrong) == {"d"}:
-        return correct("the engine orders every read after the writes to the same array, on "
-                       "any device and however long the queue.",
-                       "无论在哪个设备上、队列有多长，引擎都会把每次读排在对同一数组的写之后。")
-    return not_quite("what does MXNet's engine know about the arrays that each operation "
-                     "reads and writes?",
-                     "MXNet 的引擎对每个操作读写哪些数组知道些什么？")
+letter_choice("gpu-basics", 4, "makes_it_right", "ab", framework="torch",
+              why=("the side stream must start after the fill, and both (a) and (b) ensure "
+                   "that; record_stream only protects memory reuse.",
+                   "侧流必须在填充之后才开始，（a）和（b）都能保证这一点；record_stream "
+                   "只防止显存被提前复用。"),
+              hint=("ask of each whether the sum can start before the fill has finished.",
+                    "逐项想一想，求和是否可能在填充完成之前开始。"))
+letter_choice("gpu-basics", 4, "makes_it_wrong", "d", framework="mxnet",
+              why=("the engine orders every read after the writes to the same array, on any "
+                   "device and however long the queue.",
+                   "无论在哪个设备上、队列有多长，引擎都会把每次读排在对同一数组的写之后。"),
+              hint=("what does MXNet's engine know about the arrays that each operation reads "
+                    "and writes?",
+                    "MXNet 的引擎对每个操作读写哪些数组知道些什么？"))
 
 
 def _is_false(answer: Any) -> bool:
@@ -503,7 +509,8 @@ def _gpu_5_torch(bn_outputs_match: Any, run: dict) -> Text:
                        "help: it synchronises over the processes of an initialised "
                        "torch.distributed process group, and a DataParallel program is one "
                        "process without one, where it computes a plain BatchNorm.",
-                       "训练模式下，每个副本用自己那一片的均值和方差做规范化，而不是整个批量的。"
+                       "训练模式下，每个副本用自己那一片数据的均值和方差做规范化，"
+                       "而不是用整个批量的。"
                        "nn.SyncBatchNorm 也帮不上忙：它在已初始化的 torch.distributed 进程组的"
                        "各进程之间同步，而 DataParallel 程序只有一个进程，没有进程组，这时它算的"
                        "就是普通的批量规范化。")
@@ -519,7 +526,8 @@ def _gpu_5_mxnet(bn_outputs_match: Any, run: dict) -> Text:
                        "mean and variance, not the whole batch's. "
                        "gluon.contrib.nn.SyncBatchNorm computes them over all the devices of "
                        "the process.",
-                       "训练模式下，每个设备用自己那一片的均值和方差做规范化，而不是整个批量的。"
+                       "训练模式下，每个设备用自己那一片数据的均值和方差做规范化，"
+                       "而不是用整个批量的。"
                        "gluon.contrib.nn.SyncBatchNorm 则在本进程的所有设备上计算这些统计量。")
     return not_quite("under autograd.record(), which examples does BatchNorm take its mean "
                      "and variance from on each device?",
@@ -553,7 +561,7 @@ def _comm_2(answer: Any, run: dict) -> Text:
                        f"环 {right_ring:.1f} 毫秒（其中延迟只占 0.3 毫秒），服务器 "
                        f"{right_server:.1f} 毫秒，带宽项是环的 4 倍。")
     return not_quite("ring 2(k-1) alpha + 2 (k-1)/k n / beta; server 2(k-1)(alpha + n/beta).",
-                     "环是 2(k-1) alpha + 2(k-1)/k · n/beta；服务器是 2(k-1)(alpha + n/beta)。")
+                     "环：2(k − 1)α + 2(k − 1)/k · n/β；服务器：2(k − 1)(α + n/β)。")
 
 
 def _first_cause(err: Exception) -> str:
@@ -687,14 +695,12 @@ def _memory_1(answer: Any, run: dict) -> Text:
                      "参数个数乘以 16 字节；ZeRO-3 把全部状态除以进程数。")
 
 
-@exercise("memory", 2, "best_segments")
-def _memory_2(best_segments: Any, run: dict) -> Text:
-    if equal(best_segments, 8):
-        return correct("s - 1 + 64 / s is 15 at s = 8 (the square root of 64), against 64 "
-                       "layers without checkpointing.",
-                       "s = 8（64 的平方根）时 s - 1 + 64/s = 15，不做检查点时是 64 层。")
-    return not_quite("minimise s - 1 + n / s; the two terms balance near the square root of n.",
-                     "求 s - 1 + n/s 的最小值；两项在 n 的平方根附近相互平衡。")
+number_answer("memory", 2, "best_segments", exactly=8,
+              why=("s - 1 + 64 / s is 15 at s = 8 (the square root of 64), against 64 "
+                   "layers without checkpointing.",
+                   "s = 8（64 的平方根）时 s - 1 + 64/s = 15，不做检查点时是 64 层。"),
+              hint=("minimise s - 1 + n / s; the two terms balance near the square root of n.",
+                    "求 s - 1 + n/s 的最小值；两项在 n 的平方根附近相互平衡。"))
 
 
 @exercise("memory", 7, "zero2_gb")

@@ -6,7 +6,7 @@ import html
 import io
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -422,16 +422,16 @@ class Table(str):
     notebook an HTML table (:meth:`_repr_html_`), which fits a page or scrolls in its box
     where the text could not. Made by :func:`text_table`; shown with :func:`show`.
 
-    ``columns`` are the headers and ``cells`` the rows, each formatted as shown; the first
-    ``left`` columns are aligned left, the others right.
+    ``columns`` are the headers and ``cells`` the rows, each formatted as shown; the columns
+    ``left`` names (:func:`aligned_left`) are aligned left, the others right.
     """
 
     columns: tuple[str, ...]
     cells: tuple[tuple[str, ...], ...]
-    left: int
+    left: int | Collection[int]
 
     def __new__(cls, text: str, columns: Sequence[str] = (),
-                cells: Sequence[Sequence[str]] = (), left: int = 0) -> Table:
+                cells: Sequence[Sequence[str]] = (), left: int | Collection[int] = 0) -> Table:
         table = super().__new__(cls, text)
         table.columns = tuple(columns)
         table.cells = tuple(tuple(row) for row in cells)
@@ -445,11 +445,18 @@ class Table(str):
         printer.text(str(self))
 
 
+def aligned_left(i: int, left: int | Collection[int]) -> bool:
+    """Whether column ``i`` is aligned left: one of the first ``left`` columns (an int), or
+    one of the columns ``left`` lists (names and words; numbers go right)."""
+    return i < left if isinstance(left, int) else i in left
+
+
 def text_table(columns: Sequence[str], rows: Sequence[Sequence], formats: Sequence[str],
-               left: int = 0) -> Table:
-    """The rows as a table, each column with its format; the first ``left`` columns
-    aligned left, the others right. It is the text table (a ``str``: widths count a Chinese
-    character as two columns) and, shown with :func:`show` in a notebook, an HTML table.
+               left: int | Collection[int] = 0) -> Table:
+    """The rows as a table, each column with its format; the first ``left`` columns (or
+    the columns ``left`` lists) aligned left, the others right. It is the text table (a
+    ``str``: widths count a Chinese character as two columns) and, shown with :func:`show`
+    in a notebook, an HTML table.
 
     Headers and cells made with :func:`message` (:class:`d2l_ext.i18n.Text`) are in the
     reader's language; while the book captures a run, the table in the other language is
@@ -475,23 +482,26 @@ def _cells(columns, rows, formats, lang: str | None) -> tuple[list[str], list[li
             [[shown(v, f) for v, f in zip(row, formats)] for row in rows])
 
 
-def _text_table(heads: Sequence[str], cells: Sequence[Sequence[str]], left: int) -> str:
+def _text_table(heads: Sequence[str], cells: Sequence[Sequence[str]],
+                left: int | Collection[int]) -> str:
     widths = [max(display_width(heads[i]), *(display_width(r[i]) for r in cells))
               for i in range(len(heads))]
 
     def line(row) -> str:
-        return "  ".join(pad(c, w, i < left) for i, (c, w) in enumerate(zip(row, widths)))
+        return "  ".join(pad(c, w, aligned_left(i, left))
+                         for i, (c, w) in enumerate(zip(row, widths)))
 
     return "\n".join([line(heads)] + [line(r) for r in cells])
 
 
-def html_table(columns: Sequence[str], cells: Sequence[Sequence[str]], left: int = 0) -> str:
-    """An HTML ``<table class="d2l-table">`` of formatted cells: the first ``left`` columns
-    aligned left, the others (numbers) right, also where no style sheet of the book applies
-    (Jupyter, Colab)."""
+def html_table(columns: Sequence[str], cells: Sequence[Sequence[str]],
+               left: int | Collection[int] = 0) -> str:
+    """An HTML ``<table class="d2l-table">`` of formatted cells: the columns ``left`` names
+    (:func:`aligned_left`) aligned left, the others (numbers) right, also where no style
+    sheet of the book applies (Jupyter, Colab)."""
     def row(values: Sequence[str], tag: str) -> str:
         return "<tr>" + "".join(
-            f'<{tag} style="text-align: {"left" if i < left else "right"}">'
+            f'<{tag} style="text-align: {"left" if aligned_left(i, left) else "right"}">'
             f"{html.escape(str(v), quote=False)}</{tag}>" for i, v in enumerate(values)) + "</tr>"
 
     return ('<table class="d2l-table">\n<thead>' + row(columns, "th") + "</thead>\n<tbody>\n"

@@ -103,7 +103,8 @@ def test_the_results_table_names_devices_in_the_readers_language(monkeypatch, la
 
     monkeypatch.setattr(i18n, "cjk_font", lambda: None)
     results = {1: result(0.9, 10.0, ["cuda:0"]), 2: result(0.9, 6.0, ["cuda:0", "cuda:1"])}
-    source = cell("multi-gpu-concise", "def device_names(").replace("plt.show()", "")
+    source = "\n".join(cell("multi-gpu-concise", marker) for marker in (
+        "def device_names(", "fig, axes = plt.subplots(1, 2")).replace("plt.show()", "")
     names, printed = run(source, lang, monkeypatch, results=results, num_epochs=10, plt=plt,
                          MaxNLocator=MaxNLocator, text_table=text_table)
     plt.close("all")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -29,12 +30,26 @@ CHAPTER = ROOT / "chapters" / "en" / "gpu-basics.md"
 
 
 def _cells(framework: str | None) -> list[str]:
+    """The page's code cells of ``framework``; a cell and the collapsed cells right after it
+    (no prose between: its formatting, split off so that the page collapses it) count as
+    one."""
     pytest.importorskip("yaml", reason="the book tools need the full environment")
     sys.path.insert(0, str(ROOT / "tools"))
     from pipeline import sources
 
-    return [c.source for c in sources.parse(CHAPTER).cells
-            if c.kind == "code" and c.framework == framework]
+    found, joined = [], False
+    for cell in sources.parse(CHAPTER).cells:
+        if cell.kind != "code":
+            joined = False  # prose between: a new cell
+            continue
+        if cell.framework != framework:
+            continue
+        if joined and "hide-input" in cell.tags:  # the collapsed part of the cell before
+            found[-1] += "\n" + cell.source
+        else:
+            found.append(cell.source)
+        joined = True
+    return found
 
 
 def _run_cells(framework: str, markers: tuple[str, ...], names: dict) -> dict:
@@ -163,7 +178,8 @@ def _framework_names(framework: str, numpy_too_new: bool) -> dict:
                  statistics=statistics, device_name="CPU",
                  # what the copy cells leave for the roofline: a CPU's one row, no datasheet
                  copies={"host -> host": (10.0, 9.0, 11.0)},
-                 copy_zh={"host -> host": "主机内存 → 主机内存"},
+                 copy_names={"host -> host": d2l.message(en="host -> host",
+                                                         zh="主机内存 → 主机内存")},
                  sheet=None, example=datasheets.SHEETS["H100 SXM"])
     return names
 
@@ -546,8 +562,10 @@ def _hogwild_conclusions(seconds: dict, after: dict) -> dict:
     hogwild = [dict(processes=int(c[0]), threads=int(c[2]), private=c.endswith("p"),
                     seconds=seconds[c], accuracy_before=0.1, accuracy_after=after[c])
                for c in ("1x1", "1x2", "2x1", "2x1p")]
-    names = {"d2l": d2l, "text_table": text_table, "hogwild": hogwild,
+    names = {"d2l": d2l, "text_table": text_table, "hogwild": hogwild, "smoke": False,
              "paired_verdict": paired_verdict, "false_alarm": false_alarm}
+    text = CHAPTER.read_text(encoding="utf-8")  # the table's words, from its collapsed cell
+    exec(re.search(r"^model_word = \{.*?\}\n", text, re.M | re.S).group(0), names)
     return _run_cells("torch", ("def compared(a, b):",), names)
 
 
@@ -616,7 +634,7 @@ def _copy_tables(gpu_name, copies, capsys):
 
     names = _framework_names("torch", False)
     names.update(size_mib=256, MiB=2**20, gpu_name=gpu_name, copies=copies)
-    exec(_shared_cell('copy_zh = {"host -> host"'), names)
+    exec(_shared_cell('copy_names = {"host -> host"'), names)
     exec(_shared_cell("sheet = datasheets.for_gpu(gpu_name)"), names)
     plt.close("all")
     return names, capsys.readouterr().out
@@ -636,7 +654,7 @@ def test_on_a_known_gpu_the_copies_are_read_against_its_own_datasheet(capsys):
     pageable copy, by the measured rates."""
     names, out = _copy_tables("NVIDIA H100 80GB HBM3", GPU_COPIES, capsys)
     assert names["sheet"].name == "H100 SXM" and "is the table's H100 SXM" in names["whose"].en
-    measured = {en: got for en, _, _, got in names["link_rates"]}
+    measured = {name.en: got for name, _, got in names["link_rates"]}
     assert measured["PCIe 4.0 ×16, one direction"] == pytest.approx(54.0e9)
     assert measured["H100 SXM datasheet: PCIe, one direction"] == pytest.approx(54.0e9)
     assert measured["H100 SXM datasheet: NVLink, one direction"] is None  # maybe not NVLink
@@ -656,7 +674,7 @@ def test_an_unknown_gpu_or_a_cpu_gets_no_datasheet_share(capsys):
     names, out = _copy_tables("NVIDIA L40S", GPU_COPIES, capsys)
     assert names["sheet"] is None and names["example"].name == "H100 SXM"
     assert "not in the table" in names["whose"].en and "仅供参照" in names["whose"].zh
-    measured = {en: got for en, _, _, got in names["link_rates"]}
+    measured = {name.en: got for name, _, got in names["link_rates"]}
     assert [en for en, got in measured.items() if got is not None] == [
         "PCIe 3.0 ×16, one direction", "PCIe 4.0 ×16, one direction",
         "PCIe 5.0 ×16, one direction"]  # the generations, not another GPU's datasheet

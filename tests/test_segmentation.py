@@ -312,8 +312,8 @@ def test_the_chapters_a100_cell_tables_every_sync_and_names_its_source(lang, mon
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from d2l_ext import gputrace, i18n, trace
-    from d2l_ext.utils import text_table
+    from d2l_ext import catalogue, gputrace, i18n, trace
+    from d2l_ext.utils import show, text_table
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
     from pipeline import config, sources
@@ -322,11 +322,13 @@ def test_the_chapters_a100_cell_tables_every_sync_and_names_its_source(lang, mon
     monkeypatch.delenv("D2L_CAPTURE", raising=False)
     monkeypatch.setattr(i18n, "cjk_font", lambda: None)
     chapter = sources.parse(config.CHAPTERS / "en" / "host-device-sync.md")
-    cell = [c.source for c in chapter.cells
-            if c.kind == "code" and c.framework is None and "gputrace." in c.source]
+    cell = [c.source + "\n" + chapter.cells[i + 1].source  # its table and sources
+            for i, c in enumerate(chapter.cells)
+            if c.kind == "code" and c.framework is None and "A100_ROWS = {" in c.source]
     assert len(cell) == 1
     names = {"gputrace": gputrace, "trace": trace, "plt": plt, "text_table": text_table,
-             "d2l": SimpleNamespace(message=i18n.message, label=i18n.label)}
+             "d2l": SimpleNamespace(message=i18n.message, label=i18n.label, say=catalogue.say,
+                                    figure_text=catalogue.figure_text, show=show)}
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(cell[0].replace("plt.show()", ""), names)
@@ -362,12 +364,24 @@ def _page_code(framework, start, end=None):
     from pipeline import config, sources
 
     chapter = sources.parse(config.CHAPTERS / "en" / "host-device-sync.md")
-    for cell in chapter.cells:
+    for i, cell in enumerate(chapter.cells):
         found = re.search(rf"^{re.escape(start)}", cell.source, re.M)
         if cell.kind == "code" and cell.framework == framework and found:
-            code = cell.source[found.start():]
+            code = cell.source[found.start():] + _presentation_after(chapter.cells, i)
             return code if end is None else code[:code.index(end)]
     raise AssertionError(f"no {framework} cell of the host-device-sync chapter has {start!r}")
+
+
+def _presentation_after(cells, i) -> str:
+    """The code of the collapsed cells right after cell ``i`` (no prose between): the part
+    of a cell that formats what it computed, split off so that the page collapses it."""
+    code = ""
+    for cell in cells[i + 1:]:
+        if cell.kind != "code" or "hide-input" not in cell.tags \
+                or cell.framework != cells[i].framework:
+            break
+        code += "\n" + cell.source
+    return code
 
 
 def _page_names(**names):
@@ -376,11 +390,12 @@ def _page_names(**names):
     import statistics
     from types import SimpleNamespace
 
-    from d2l_ext import gpu_runs, i18n
-    from d2l_ext.utils import Timing, false_alarm, paired_verdict, text_table
+    from d2l_ext import catalogue, gpu_runs, i18n
+    from d2l_ext.utils import Timing, false_alarm, paired_verdict, show, text_table
 
     d2l = SimpleNamespace(message=i18n.message, label=i18n.label, gpu_runs=gpu_runs,
-                          Timing=Timing, paired_verdict=paired_verdict, false_alarm=false_alarm)
+                          Timing=Timing, paired_verdict=paired_verdict, false_alarm=false_alarm,
+                          say=catalogue.say, figure_text=catalogue.figure_text, show=show)
     base = {"d2l": d2l, "math": math, "statistics": statistics, "text_table": text_table,
             "mean": statistics.fmean, "median": statistics.median,
             "LOSS": i18n.message(en="loss", zh="损失函数"),
@@ -618,7 +633,7 @@ def test_the_pages_mxnet_gaps_explain_the_miss_of_the_version_that_never_waits(e
                         timings=dict.fromkeys(costs, one), cpu_timings=dict.fromkeys(costs, one),
                         t_host=Timing((0.0025, 0.0026)), t_host_cpu=Timing((0.0025, 0.0026)),
                         os=__import__("os"))
-    exec(_page_code("mxnet", 'print(text_table([LOSS, d2l.message(en="host ms in the trace"'),
+    exec(_page_code("mxnet", 'd2l.show(text_table([LOSS, d2l.say("host-device-sync/host-ms-in'),
          names)
     note = names["gap_note"]
     if engine_bound:

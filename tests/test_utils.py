@@ -484,3 +484,19 @@ def test_show_prints_outside_ipython_and_displays_under_it(capsys, monkeypatch):
     monkeypatch.setattr(display, "display", lambda *objs: shown.extend(objs))
     utils.show(table, 3)
     assert shown == [table, 3] and capsys.readouterr().out == ""
+
+
+def test_a_table_aligns_left_the_columns_it_is_given():
+    """``left`` as a set of columns: words left wherever they sit, numbers right."""
+    from d2l_ext.utils import text_table
+
+    table = text_table(["trace", "ms", "call", "n"], [["a", 2.5, "cudaMemcpy", 7],
+                                                        ["bbbb", 12.25, "x", 123]],
+                       ["", ".2f", "", "d"], left={0, 2})
+    assert table.splitlines() == ["trace     ms  call          n",
+                                  "a       2.50  cudaMemcpy    7",
+                                  "bbbb   12.25  x           123"]
+    html = table._repr_html_()
+    aligns = re.findall(r'text-align: (\w+)', html.split("<tbody>")[1].split("</tr>")[0])
+    assert aligns == ["left", "right", "left", "right"]
+    assert text_table(["a", "b"], [[1, 2]], ["d", "d"], left=1).splitlines()[1] == "1  2"
