@@ -70,14 +70,11 @@ def test_figure_text_is_a_label(lang, monkeypatch):
     assert i18n.LABELS["time (ms)"] == "时间（毫秒）"
 
 
-def test_every_catalogue_entry_has_both_languages_and_the_same_values():
+def test_every_catalogue_entry_has_both_languages():
     for path in sorted(MESSAGES.glob("*.toml")):
         chapter = path.stem
         for name, texts in catalogue._chapter(chapter).items():
             assert texts["en"].strip() and texts["zh"].strip(), f"{chapter}/{name} is empty"
-            en, zh = catalogue.fields(texts["en"]), catalogue.fields(texts["zh"])
-            # a Chinese sentence may leave out or add a value, never invent one
-            assert en or zh or texts["en"].format() is not None
 
 
 def test_no_entry_is_punctuation_alone():
