@@ -573,6 +573,11 @@ def test_a_run_past_its_deadline_is_stopped_and_writes_nothing(tmp_path, monkeyp
     assert "committed notebooks are unchanged" in " ".join(stopped.value.__notes__)
     for lang, content in committed.items():
         assert (tmp_path / "notebooks" / lang / "torch" / "slow.ipynb").read_bytes() == content
+    unfinished = nbformat.read(tmp_path / "_build" / "unfinished" / "slow-torch.ipynb", 4)
+    cells = {c.source.splitlines()[-1]: c for c in unfinished.cells if c.cell_type == "code"}
+    assert cells["print(6 * 7)"].outputs[0]["text"] == "42\n"
+    assert "shell.execute_reply" not in cells["time.sleep(120)"].metadata["execution"]
+    assert "_build/unfinished/slow-torch.ipynb" in " ".join(stopped.value.__notes__)
     pid = int(pid_file.read_text())
     for _ in range(50):
         if not execute._alive(pid) or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
@@ -661,3 +666,38 @@ def test_dry_run_end_to_end(tmp_path, fake_smi):
     assert threads == str(placement["threads"])
     if placement["pinned"]:
         assert cores == len(machine.parse_cores(placement["kernel_cores"]))
+
+
+def test_a_failed_run_keeps_what_it_executed_apart_from_the_committed_notebooks(
+        tmp_path, monkeypatch):
+    """The cells a failed run executed, with their outputs, go to _build/unfinished (named
+    in the error), to read after the GPU runner is gone; the committed notebooks stay."""
+    monkeypatch.setattr(config, "CHAPTERS", tmp_path / "chapters")
+    monkeypatch.setattr(config, "NOTEBOOKS", tmp_path / "notebooks")
+    _write_chapter(tmp_path, "broken", "raise ValueError('planted')")
+    with pytest.raises(BookError, match="planted") as failed:
+        execute.execute("broken", "torch", smoke=True)
+    assert "what ran: " in str(failed.value)
+    assert "_build/unfinished/broken-torch.ipynb" in str(failed.value)
+    kept = nbformat.read(execute.unfinished_path("broken", "torch"), 4)
+    cells = {c.source.splitlines()[-1]: c for c in kept.cells if c.cell_type == "code"}
+    assert cells["print(6 * 7)"].outputs[0]["text"] == "42\n"
+    assert cells["raise ValueError('planted')"].outputs[0]["ename"] == "ValueError"
+    assert not (tmp_path / "notebooks").exists()
+    assert not list((tmp_path / "_build" / "unfinished").glob(".*.part"))
+
+
+def test_validate_stops_before_any_chapter_where_fashion_mnist_is_missing(book, monkeypatch):
+    """No data and no internet: one clear error naming D2L_DATA_DIR, and no chapter starts."""
+    from d2l_ext import fashion_mnist
+
+    book(["async-computation"])
+
+    def missing(*args, **kwargs):
+        raise fashion_mnist.DataError("Fashion-MNIST was not found and could not be "
+                                      "downloaded (no network).")
+
+    monkeypatch.setattr(fashion_mnist, "find", missing)
+    monkeypatch.setattr(validate, "execute", lambda *a, **k: pytest.fail("a chapter ran"))
+    with pytest.raises(BookError, match="(?s)not found.*set D2L_DATA_DIR"):
+        validate.validate(allow_cpu=True, pin=False, log=lambda line: None)

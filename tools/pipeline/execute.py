@@ -223,12 +223,14 @@ def execute(name: str, framework: str, smoke: bool = False,
             # a cell that raised, ran past the timeout, or killed its kernel: this chapter
             # failed (an interrupt is not caught here: run_notebook raises it as it came)
             notes = "\n".join(getattr(err, "__notes__", []))
+            kept = keep_unfinished(nb, name, framework)
             raise BookError(f"{versions[RUN_LANGUAGE].path.name} ({framework}) failed; "
-                            f"the committed notebooks are unchanged.\n{err}"
+                            f"the committed notebooks are unchanged (what ran: {kept}).\n{err}"
                             + (f"\n{notes}" if notes else "")) from err
         except BaseException as err:  # interrupted, or the kernel died
+            kept = keep_unfinished(nb, name, framework)
             err.add_note(f"{name} ({framework}): the run stopped; the committed notebooks "
-                         "are unchanged.")
+                         f"are unchanged (what ran: {kept}).")
             raise
         texts = recorded(Path(capture))
         figures = Path(capture) / gpu_runs.CAPTURED
@@ -254,6 +256,27 @@ def execute(name: str, framework: str, smoke: bool = False,
         written[gpu_runs.path(name)] = gpu_runs.to_json(record)
     write_notebooks(written)
     return list(written)
+
+
+def unfinished_path(name: str, framework: str) -> Path:
+    """Where :func:`keep_unfinished` writes a run of chapter ``name`` that did not finish."""
+    return config.NOTEBOOKS.parent / "_build" / "unfinished" / f"{name}-{framework}.ipynb"
+
+
+def keep_unfinished(nb, name: str, framework: str) -> str:
+    """Write the cells an unfinished run executed (their outputs and nbclient's timestamps)
+    to :func:`unfinished_path`, never over a committed notebook: where a run failed or spent
+    its time, to read after a brief GPU runner is gone. Returns the path as shown, or why
+    nothing was written."""
+    path = unfinished_path(name, framework)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}.part")
+        nbformat.write(nb, partial)
+        partial.replace(path)
+    except (OSError, ValueError) as err:
+        return f"not kept: {err}"
+    return shown(path)
 
 
 def commit() -> str:
