@@ -29,7 +29,7 @@ import tomllib
 
 from d2l_ext.i18n import LANGUAGES, Text, label, message
 
-__all__ = ["say", "figure_text", "entry", "chapters", "fields"]
+__all__ = ["say", "figure_text", "listing", "entry", "chapters", "fields"]
 
 
 @functools.cache
@@ -105,3 +105,18 @@ def figure_text(key: str, /, **values) -> str:
     :func:`d2l_ext.i18n.label` of the entry's English and Chinese."""
     en, zh = _fill(key, values)
     return label(en=en, zh=zh)
+
+
+#: How each language separates the items of a list in running text.
+LIST_SEPARATORS = {"en": ", ", "zh": "、"}
+
+
+def listing(items) -> Text:
+    """``items`` (strings, or :class:`~d2l_ext.i18n.Text` that carry both languages) as one
+    list in running text: ``a, b, c`` in English, ``a、b、c`` in Chinese; a value for
+    :func:`say` when a sentence names a list whose length depends on the run."""
+    items = list(items)
+    en, zh = (LIST_SEPARATORS[lang].join(getattr(item, lang) if isinstance(item, Text)
+                                         else str(item) for item in items)
+              for lang in ("en", "zh"))
+    return message(en=en, zh=zh)

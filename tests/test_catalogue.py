@@ -43,6 +43,19 @@ def test_a_text_value_fills_each_language_with_its_own_side(lang):
     assert "一" not in text.en and "ONE" not in text.zh
 
 
+def test_listing_joins_each_language_with_its_own_separator(lang):
+    """A list of run-dependent length in a sentence: Text items give each language its own
+    side, plain strings (names) stay as they are; empty and single lists have no separator."""
+    lang("zh")
+    listed = catalogue.listing([i18n.message("retries", "重试"), "gloo", i18n.message("a", "甲")])
+    assert (listed.en, listed.zh, str(listed)) == ("retries, gloo, a", "重试、gloo、甲",
+                                                   "重试、gloo、甲")
+    assert (catalogue.listing([]).en, catalogue.listing(["x"]).zh) == ("", "x")
+    key = "async-computation/the-torch-mm-call-took-reading"
+    text = catalogue.say(key, t_call=listed, t_read="-")
+    assert "retries, gloo, a" in text.en and "重试、gloo、甲" in text.zh
+
+
 def test_format_specs_work_as_in_an_f_string(tmp_path, monkeypatch):
     monkeypatch.setattr(catalogue, "_chapter", lambda chapter: {
         "k": {"en": "{x:,.1f} of {n:>4} ({w:{width}})", "zh": "{x:,.1f}，{n}"}})
