@@ -44,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
                                         "notebooks from the sources, keeping their outputs")
     re_.add_argument("chapters", nargs="*", help="chapter names (default: all)")
     re_.add_argument("--framework", choices=FRAMEWORKS)
+    se = sub.add_parser("seams", help="where a long chapter could be split into section "
+                                      "pages: words per section, state each seam would cut")
+    se.add_argument("chapter", help="a chapter name")
+    se.add_argument("--framework", choices=FRAMEWORKS)
     va = sub.add_parser("validate", help="GPU validation (tools/gpu_validate.sh calls this)")
     va.add_argument("chapters", nargs="*", help="chapter names (default: every chapter, "
                     "those whose GPU outputs are missing or oldest first)")
@@ -78,6 +82,14 @@ def main(argv: list[str] | None = None) -> int:
             from pipeline.site import build
 
             print(f"built {shown(build())}/index.html")
+        elif args.command == "seams":
+            from pipeline.seams import report
+            from pipeline.sources import chapter_names
+
+            if args.chapter not in chapter_names():
+                parser.error(f"no chapter named {args.chapter!r}; the chapters are: "
+                             + ", ".join(chapter_names()))
+            print(report(args.chapter, [args.framework] if args.framework else None))
         elif args.command == "check":
             from pipeline.notebooks import stale
 
