@@ -42,8 +42,6 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 from d2l_ext import machine as host
 from pipeline import config
 from pipeline.config import LANGUAGES, BookError, shown
@@ -128,9 +126,10 @@ class Budget:
 
 # ---------------------------------------------------------------- order and estimates
 def toc_order() -> list[str]:
-    """The chapters in the book's order (``_toc.yml``)."""
-    toc = yaml.safe_load((config.ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    return [Path(entry["file"]).name for entry in toc.get("chapters", [])]
+    """The pages in the book's order (``_toc.yml``; a chapter's section pages after it)."""
+    from pipeline import toc
+
+    return toc.pages()
 
 
 def gpu_history(name: str) -> dict:
