@@ -402,12 +402,12 @@ def overlap_lesson(versus: Mapping[str, Paired], buckets: Mapping[str, int], rou
     allow = p.allow
     if allow:
         each_en, each_zh = (f"in at least {rounds - allow} of the {rounds} rounds",
-                            f"在 {rounds} 个回合中至少 {rounds - allow} 个回合")
+                            f"在 {rounds} 遍中至少 {rounds - allow} 遍")
         every_en, every_zh = f"in at least {rounds - allow} rounds of {rounds}", each_zh
     else:
         each_en, each_zh = (f"in every one of the {rounds} rounds",
-                            f"在全部 {rounds} 个回合中每个回合都")
-        every_en, every_zh = "in every round", "每个回合都"
+                            f"在全部 {rounds} 遍中每一遍都")
+        every_en, every_zh = "in every round", "每一遍都"
     if p.verdict == "faster":
         m, chance = len(several), picked_false_alarm(rounds, len(several), allow)
         if m == 1:
@@ -438,8 +438,8 @@ def overlap_lesson(versus: Mapping[str, Paired], buckets: Mapping[str, int], rou
            "rounds disagree, so this run shows no gain from overlap beyond its "
            "round-to-round spread.",
         zh=f"分多个桶的设置没有一个{every_zh}比只用一个桶快；其中最好的{zh}，"
-           f"按中位数，耗时是一个桶的 {p.median:.0%}：各回合结论不一，"
-           "这次运行看不出超出回合间波动的重叠收益。")
+           f"按中位数，耗时是一个桶的 {p.median:.0%}：各遍结论不一，"
+           "这次运行看不出超出各遍之间波动的重叠收益。")
 
 
 def apart(a: Sequence[float], b: Sequence[float]) -> str:

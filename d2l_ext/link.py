@@ -338,7 +338,7 @@ def hidden_lesson(one_bucket: Timing, best: float, best_name: Text, faster: bool
         short = (message(
             en=f" That is within the one-bucket step's spread (the interquartile range of its "
                f"rounds, {spread * 1e3:,.1f} ms): this run could not show overlap.",
-            zh="这还落在只用一个桶时一步的波动之内（各回合的四分位距为 "
+            zh="这还落在只用一个桶时一步的波动之内（各遍的四分位距为 "
                f"{spread * 1e3:,.1f} 毫秒），所以这次运行显示不出重叠的效果。")
             if bound <= spread else message(en="", zh=""))
         return message(
@@ -399,4 +399,4 @@ def overlap_close(on_links: bool, elsewhere: bool, backend: str = "gloo",
            f"processors, as the emulated links show; on {where.en}, the same `bucket_cap_mb` "
            "settings showed no gain beyond the rounds' spread in this run.",
         zh="链路不需要处理器就能工作时，分桶能把通信藏到反向传播后面，模拟链路显示了这一点；"
-           f"{where.zh}，同样的 `bucket_cap_mb` 设置在这次运行中没有显示出超出回合间波动的收益。")
+           f"{where.zh}，同样的 `bucket_cap_mb` 设置在这次运行中没有显示出超出各遍之间波动的收益。")

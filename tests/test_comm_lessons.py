@@ -46,7 +46,7 @@ def test_overlap_lesson_credits_overlap_only_when_every_round_shows_it():
     tie = lesson({ONE: [1.0, 1.0, 1.0], "few": [0.8, 1.1, 0.7], "many": [1.0, 1.2, 0.9]},
                  buckets)
     assert "no gain from overlap" in tie and '"few" (3 buckets)' in tie
-    assert "80% of one bucket's time" in tie and "超出回合间波动的重叠收益" in tie.zh
+    assert "80% of one bucket's time" in tie and "超出各遍之间波动的重叠收益" in tie.zh
     lost = lesson({ONE: [1.0, 1.0, 1.0], "few": [1.3, 1.1, 1.2], "many": [1.5, 1.4, 1.6]},
                   buckets)
     assert "was slower than DDP with one bucket in every one of the 3 rounds" in lost
@@ -91,7 +91,7 @@ def test_overlap_lesson_names_the_setting_in_the_readers_language(monkeypatch):
     assert "“DDP，bucket_cap_mb=1”（2 个桶）" in text.zh
     monkeypatch.setenv("D2L_LANG", "zh")
     zh = str(lesson({ONE: [1.0], "small": [0.5]}, {"small": 2}, 1, names))
-    assert zh.startswith("“DDP，bucket_cap_mb=1”（2 个桶）在全部 1 个回合中")
+    assert zh.startswith("“DDP，bucket_cap_mb=1”（2 个桶）在全部 1 遍中")
 
 
 def test_apart_chance_is_one_ordering_among_the_ways_to_place_the_results():
@@ -376,7 +376,7 @@ def test_an_allowance_lets_one_disturbed_round_pass_and_counts_its_chance():
     names = {"buckets": message(en="DDP, 1 MiB", zh="DDP，1 MiB")}
     text = comm.overlap_lesson({"buckets": tolerant}, {"buckets": 6}, 11, names)
     assert "in at least 10 of the 11 rounds" in text.en and "0.6%" in text.en  # 12 / 2048
-    assert "在 11 个回合中至少 10 个回合比只用一个桶的 DDP 快" in text.zh
+    assert "在 11 遍中至少 10 遍比只用一个桶的 DDP 快" in text.zh
     strict = comm.overlap_lesson(comm.against(times, "one"), {"buckets": 6}, 11, names)
     assert "in every round" in strict.en
 

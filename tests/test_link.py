@@ -290,7 +290,7 @@ def test_overlap_close_says_each_outcome_and_where_the_plain_ddp_ran():
     assert "on NCCL between GPUs, the same `bucket_cap_mb` settings showed no gain" in gpus.en
     assert "loopback" not in gpus.en and "；在 GPU 之间用 NCCL 通信时，同样的" in gpus.zh
     assert "这次运行中，在字节需要核心的回环接口上，分桶也" in link.overlap_close(True, True).zh
-    assert "没有显示出超出回合间波动的收益" in link.overlap_close(True, False).zh
+    assert "没有显示出超出各遍之间波动的收益" in link.overlap_close(True, False).zh
     with pytest.raises(ValueError, match="backend"):
         link.overlap_close(True, False, "mpi")
 
