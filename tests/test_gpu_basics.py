@@ -29,36 +29,22 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = ROOT / "chapters" / "en" / "gpu-basics.md"
 
 
-def _cells(framework: str | None) -> list[str]:
-    """The page's code cells of ``framework``; a cell and the collapsed cells right after it
-    (no prose between: its formatting, split off so that the page collapses it) count as
-    one."""
+def _cell(framework: str | None, marker: str) -> str:
+    """The page's one code cell of ``framework`` (``None``: shared) that contains ``marker``,
+    with the collapsed cells right after it (its formatting, split off so that the page
+    collapses it): the two run as one."""
     pytest.importorskip("yaml", reason="the book tools need the full environment")
     sys.path.insert(0, str(ROOT / "tools"))
+    from page_cells import cell_with_presentation
     from pipeline import sources
 
-    found, joined = [], False
-    for cell in sources.parse(CHAPTER).cells:
-        if cell.kind != "code":
-            joined = False  # prose between: a new cell
-            continue
-        if cell.framework != framework:
-            continue
-        if joined and "hide-input" in cell.tags:  # the collapsed part of the cell before
-            found[-1] += "\n" + cell.source
-        else:
-            found.append(cell.source)
-        joined = True
-    return found
+    return cell_with_presentation(sources.parse(CHAPTER).cells, marker, framework)
 
 
 def _run_cells(framework: str, markers: tuple[str, ...], names: dict) -> dict:
     """Execute the page's code cells of ``framework`` that contain the markers, in order."""
-    cells = _cells(framework)
     for marker in markers:
-        found = [c for c in cells if marker in c]
-        assert len(found) == 1, f"{len(found)} {framework} cells contain {marker!r}"
-        exec(found[0], names)
+        exec(_cell(framework, marker), names)
     return names
 
 
@@ -185,9 +171,7 @@ def _framework_names(framework: str, numpy_too_new: bool) -> dict:
 
 
 def _shared_cell(marker: str) -> str:
-    found = [c for c in _cells(None) if marker in c]
-    assert len(found) == 1, f"{len(found)} shared cells contain {marker!r}"
-    return found[0]
+    return _cell(None, marker)
 
 
 @pytest.mark.parametrize("framework", ["torch", "mxnet"])
@@ -460,8 +444,7 @@ def test_mxnet_profiler_is_configured_only_in_the_script():
     """MXNet's profiler takes its configuration once per process (a second set_config after
     a dump fails): the page configures it only in the script that runs in a fresh process,
     so that the memory cell can run again in the same kernel."""
-    cells = [c for c in _cells("mxnet") if "profiler.set_config" in c]
-    assert len(cells) == 1 and cells[0].startswith("%%writefile memory_steps.py")
+    assert _cell("mxnet", "profiler.set_config").startswith("%%writefile memory_steps.py")
 
 
 class _FakeCounters:

@@ -26,6 +26,7 @@ pytest.importorskip("yaml", reason="the book tools need the full environment")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
+from page_cells import cell_with_presentation  # noqa: E402
 from pipeline import config, sources  # noqa: E402
 
 from d2l_ext import catalogue, gputrace, i18n, trace  # noqa: E402
@@ -34,7 +35,7 @@ from d2l_ext.utils import show, text_table  # noqa: E402
 CHAPTERS = sources.chapter_names()
 #: The d2l names that the chapters' cells run here use.
 D2L = SimpleNamespace(message=i18n.message, label=i18n.label, say=catalogue.say,
-                      figure_text=catalogue.figure_text, show=show)
+                      figure_text=catalogue.figure_text, show=show, listing=catalogue.listing)
 #: Chapters that must have a table of published GPU measurements.
 GPU_PAGES = ["async-computation", "multi-gpu-concise"]
 #: Chapters whose tables quote measurements published outside d2l (blog posts, articles).
@@ -292,24 +293,18 @@ def test_the_trace_cells_speak_chinese(name, monkeypatch):
 
 
 def _run_cells_containing(name: str, marker: str, lang: str, monkeypatch,
-                          framework: str | None = None,
-                          following: int = 0) -> tuple[dict, str]:
-    """Run the code cells of chapter ``name`` (of ``framework``, or shared) that contain
-    ``marker``, each with the ``following`` cells of the framework after it (a computation
-    and its collapsed presentation), with the names they use; their names and what they
-    printed."""
+                          framework: str | None = None) -> tuple[dict, str]:
+    """Run the code cell of chapter ``name`` (of ``framework``, or shared) that contains
+    ``marker`` with its collapsed presentation, with the names they use; their names and
+    what they printed."""
     monkeypatch.setenv("D2L_LANG", lang)
     monkeypatch.delenv("D2L_CAPTURE", raising=False)
     chapter = sources.parse(config.CHAPTERS / "en" / f"{name}.md")
-    code = [c.source for c in chapter.cells if c.kind == "code" and c.framework == framework]
-    cells = [source for i, cell in enumerate(code) if marker in cell
-             for source in code[i:i + 1 + following]]
-    assert cells, f"{name}: no cell contains {marker!r}"
+    code = cell_with_presentation(chapter.cells, marker, framework)
     names = {"gputrace": gputrace, "text_table": text_table, "d2l": D2L}
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        for source in cells:
-            exec(source, names)
+        exec(code, names)
     return names, out.getvalue()
 
 
@@ -339,7 +334,7 @@ def test_the_gpu_basics_page_measures_what_the_stream_trace_holds(monkeypatch):
     stream it waits on had finished, the joined product started as fast as the one that
     waited for nothing, no two streams overlapped, and cudaMalloc outlasted a product."""
     ns, printed = _run_cells_containing("gpu-basics", "gputrace.joins(", "en", monkeypatch,
-                                        framework="torch", following=1)
+                                        framework="torch")
     join, after, unjoined = ns["join"], ns["after"], ns["unjoined"]
     assert (join.stream, join.on_stream) == (24, 20)
     assert after.work.kind == "kernel" and after.work.stream == 24

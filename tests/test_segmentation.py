@@ -354,34 +354,23 @@ def test_the_chapters_a100_cell_tables_every_sync_and_names_its_source(lang, mon
 
 def _page_code(framework, start, end=None):
     """The source of the host-device-sync chapter's (English) code cell of `framework` (None:
-    shared) that has a
-    line starting with `start`, from that line to the line before `end` (default: the end)."""
+    shared) that has a line starting with `start`, with its collapsed presentation, from that
+    line to the line before `end` (default: the end)."""
     import sys
     from pathlib import Path
+
+    from page_cells import cell_with_presentation
 
     pytest.importorskip("yaml", reason="the book tools need the full environment")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
     from pipeline import config, sources
 
     chapter = sources.parse(config.CHAPTERS / "en" / "host-device-sync.md")
-    for i, cell in enumerate(chapter.cells):
-        found = re.search(rf"^{re.escape(start)}", cell.source, re.M)
-        if cell.kind == "code" and cell.framework == framework and found:
-            code = cell.source[found.start():] + _presentation_after(chapter.cells, i)
-            return code if end is None else code[:code.index(end)]
-    raise AssertionError(f"no {framework} cell of the host-device-sync chapter has {start!r}")
-
-
-def _presentation_after(cells, i) -> str:
-    """The code of the collapsed cells right after cell ``i`` (no prose between): the part
-    of a cell that formats what it computed, split off so that the page collapses it."""
-    code = ""
-    for cell in cells[i + 1:]:
-        if cell.kind != "code" or "hide-input" not in cell.tags \
-                or cell.framework != cells[i].framework:
-            break
-        code += "\n" + cell.source
-    return code
+    code = cell_with_presentation(chapter.cells, start, framework)
+    found = re.search(rf"^{re.escape(start)}", code, re.M)
+    assert found, f"no line of the {framework} cell with {start!r} starts with it"
+    code = code[found.start():]
+    return code if end is None else code[:code.index(end)]
 
 
 def _page_names(**names):
@@ -395,7 +384,8 @@ def _page_names(**names):
 
     d2l = SimpleNamespace(message=i18n.message, label=i18n.label, gpu_runs=gpu_runs,
                           Timing=Timing, paired_verdict=paired_verdict, false_alarm=false_alarm,
-                          say=catalogue.say, figure_text=catalogue.figure_text, show=show)
+                          say=catalogue.say, figure_text=catalogue.figure_text, show=show,
+                          listing=catalogue.listing)
     base = {"d2l": d2l, "math": math, "statistics": statistics, "text_table": text_table,
             "mean": statistics.fmean, "median": statistics.median,
             "LOSS": i18n.message(en="loss", zh="损失函数"),
