@@ -166,6 +166,27 @@ def test_numbers_follow_the_reading_order_and_share_framework_copies(book):
             "fig-speed": "2.3", "fig-shared": "2.4"}
 
 
+def test_a_chapters_section_pages_continue_its_figure_numbers(book):
+    """A section page shares its chapter's number, and its figures go on counting after the
+    figures of the pages before it; a chapter after it starts again at 1."""
+    for lang in ("en", "zh"):
+        (book / "chapters" / lang / "demo-more.md").write_text(
+            "# More\n\n```{code-cell} ipython3\nmore = 1\n```\n\n"
+            ":::{drawn-figure} fig-more\nMore.\n:::\n", encoding="utf-8")
+        (book / "chapters" / lang / "last.md").write_text(
+            "# Last\n\n```{code-cell} ipython3\nlast = 1\n```\n\n"
+            ":::{drawn-figure} fig-last\nLast.\n:::\n", encoding="utf-8")
+    (book / "_toc.yml").write_text(
+        "format: jb-book\nroot: index\nchapters:\n  - file: chapters/other\n"
+        "  - file: chapters/demo\n    sections:\n      - file: chapters/demo-more\n"
+        "  - file: chapters/last\n", encoding="utf-8")
+    assert plain.chapter_numbers() == {"other": 1, "demo": 2, "demo-more": 2, "last": 3}
+    for lang in ("en", "zh"):
+        numbers = plain.figure_numbers(lang)
+        assert (numbers["fig-shared"], numbers["fig-more"], numbers["fig-last"]) == \
+            ("2.4", "2.5", "3.1")
+
+
 def test_the_notebooks_captions_carry_the_number_in_their_language(book):
     for lang, label, colon in (("en", "Figure", ": "), ("zh", "图", "：")):
         chapter = _editions()[lang]
@@ -319,3 +340,49 @@ def test_every_figure_a_chapter_draws_has_a_caption(name):
                 assert index in captioned["en"], \
                     (f"{name} ({framework}): cell {index} draws a figure without a caption (or the "
                      "notebook is older than its source: tools/book.py refill or execute)")
+
+
+@pytest.mark.parametrize("caption, alt", [
+    ("Memory over three steps, the forward passes marked; dotted, the parameters alone.",
+     "Memory over three steps, the forward passes marked."),
+    ("The table as bars, per process: counted (light), measured (dark). The forward pass "
+     "climbs. Drawn by `d2l_ext.memory_plots.counted_vs_measured`.",
+     "The table as bars, per process."),
+    ("Bytes per second (median: of the timings), on a log scale.",  # a colon in parentheses
+     "Bytes per second (median: of the timings), on a log scale."),
+    ("One device: seconds.", "One device: seconds."),  # too short a clause: the sentence
+    ("三步训练中每个标记处的内存，按实测的各项拆开：参数、梯度（从反向传播起：到 zero_grad）。"
+     "由 `d2l_ext.memory_plots.step_by_category` 根据本次运行的读数画出。",
+     "三步训练中每个标记处的内存，按实测的各项拆开。"),
+    ("各种复制方式的速率（每秒字节数，对数坐标）；误差线从最慢到最快。",
+     "各种复制方式的速率（每秒字节数，对数坐标）。"),
+])
+def test_alt_text_is_the_first_clause_of_the_caption_without_provenance(caption, alt):
+    assert book_figures.described(caption) == alt
+
+
+def test_a_sphinx_build_describes_images_by_their_caption_and_keeps_an_explicit_alt(tmp_path):
+    """A real Sphinx build: an image whose alt text is its caption gets the caption's first
+    clause (never "Drawn by"); one with alt text of its own keeps it."""
+    from sphinx.application import Sphinx
+
+    src = tmp_path / "src"
+    src.mkdir()
+    caption = "Loss against the step: mean and range. Drawn by ``d2l.plot``."
+    (src / "index.rst").write_text(
+        "Title\n=====\n\n"
+        f".. figure:: a.png\n   :name: fig-a\n   :alt: Loss against the step: mean and range. "
+        "Drawn by d2l.plot.\n\n"
+        f"   {caption}\n\n"
+        ".. figure:: b.png\n   :name: fig-b\n   :alt: A falling line.\n\n   Caption b.\n\n"
+        ".. figure:: c.png\n   :name: fig-c\n\n   Speed of each framework on a log scale.\n",
+        encoding="utf-8")
+    (src / "conf.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT / 'tools' / 'sphinx_ext')!r})\n"
+        "extensions = ['book_figures']\n", encoding="utf-8")
+    Sphinx(str(src), str(src), str(tmp_path / "out"), str(tmp_path / "dt"), "html",
+           status=None, warning=None, freshenv=True).build()
+    html = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
+    assert re.findall(r'<img alt="([^"]*)"', html) == [
+        "Loss against the step.", "A falling line.", "Speed of each framework on a log scale."]

@@ -18,6 +18,8 @@
       download: (fw) => `${NAMES[fw]} notebook (.ipynb)`,
       other: "中文",
       framework: "Framework:",
+      close: "Close",
+      print: "Print / save as PDF",
     },
     zh: {
       none: (fw) => `此处没有 ${NAMES[fw]} 代码。`,
@@ -25,6 +27,8 @@
       download: (fw) => `${NAMES[fw]} 笔记本（.ipynb）`,
       other: "English",
       framework: "框架：",
+      close: "关闭",
+      print: "打印 / 另存为 PDF",
     },
   }[lang];
 
@@ -169,7 +173,9 @@
   }
 
   // Figures open enlarged over the page on a click or a tap (or Enter / Space on a focused
-  // figure), with their caption; a click, a tap or Escape closes them.
+  // figure), with their caption and a close button, which takes the focus; the button, a
+  // click or tap beside the image and Escape close them. On a phone the image keeps its own
+  // size and the overlay scrolls (book.css), so a tap on the image must not close it.
   const ENLARGE = { en: "Click to enlarge", zh: "点击放大" }[lang] || "Click to enlarge";
 
   function enlargeable() {
@@ -203,21 +209,54 @@
       overlay.setAttribute("aria-label", text.textContent);
       overlay.appendChild(text);
     }
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "fig-zoom-close";
+    button.textContent = TEXT.close;
+    overlay.appendChild(button);
     const close = () => {
       overlay.remove();
       document.removeEventListener("keydown", onKey);
       img.focus();
     };
-    const onKey = (event) => { if (event.key === "Escape") close(); };
-    overlay.addEventListener("click", close);
+    const onKey = (event) => {
+      if (event.key === "Escape") close();
+      else if (event.key === "Tab") { event.preventDefault(); button.focus(); }  // stays inside
+    };
+    overlay.addEventListener("click", (event) => { if (!onImage(big, event)) close(); });
     document.addEventListener("keydown", onKey);
     document.body.appendChild(overlay);
-    overlay.focus();
+    button.focus();
+  }
+
+  // Whether a click falls on the drawn image: on a desktop the image is scaled to fit its
+  // box (object-fit: contain), and the box's margins beside it are the backdrop.
+  function onImage(img, event) {
+    const box = img.getBoundingClientRect();
+    const inside = (x, y, left, top, width, height) =>
+      x >= left && x <= left + width && y >= top && y <= top + height;
+    if (!img.naturalWidth || !img.naturalHeight) {
+      return inside(event.clientX, event.clientY, box.left, box.top, box.width, box.height);
+    }
+    const scale = Math.min(box.width / img.naturalWidth, box.height / img.naturalHeight);
+    const width = img.naturalWidth * scale;
+    const height = img.naturalHeight * scale;
+    return inside(event.clientX, event.clientY, box.left + (box.width - width) / 2,
+      box.top + (box.height - height) / 2, width, height);
+  }
+
+  // The theme's print item in the download menu reads ".pdf", and says what it does only in
+  // a tooltip, which a phone never shows: it says so itself.
+  function printLabel() {
+    document.querySelectorAll(".btn-download-pdf-button .btn__text-container").forEach((el) => {
+      el.textContent = TEXT.print;
+    });
   }
 
   function init() {
     snippetsWithoutCode();
     enlargeable();
+    printLabel();
     try { localStorage.setItem("book-lang", lang); } catch (e) { /* storage blocked */ }
     buildGroups();
     buildBar();

@@ -106,19 +106,11 @@ def twin_key(name: str) -> str:
 
 
 def chapter_numbers() -> dict[str, int]:
-    """Each chapter's number: its place in the reading order of ``_toc.yml``."""
-    toc = yaml.safe_load((config.ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    names: list[str] = []
+    """Each page's chapter number: the chapter's place in the reading order of ``_toc.yml``
+    (a chapter's section pages share it)."""
+    from pipeline import toc
 
-    def walk(entries: list[dict]) -> None:
-        for entry in entries:
-            if str(entry.get("file", "")).startswith("chapters/"):
-                names.append(PurePosixPath(entry["file"]).stem)
-            for key in ("parts", "chapters", "sections"):
-                walk(entry.get(key, []))
-
-    walk([toc])
-    return {name: number for number, name in enumerate(names, 1)}
+    return toc.chapter_numbers()
 
 
 def numbered_figures(chapter) -> list[str]:
@@ -137,17 +129,18 @@ def numbered_figures(chapter) -> list[str]:
 
 def figure_numbers(lang: str) -> dict[str, str]:
     """Figure name -> its number (``"3.2"``: chapter 3's second figure) for every chapter in
-    ``lang``, as the site numbers them: per chapter, in the page's order, the framework
-    copies of a figure (:func:`twin_key`) once."""
+    ``lang``, as the site numbers them: per chapter, over its pages in reading order, the
+    framework copies of a figure (:func:`twin_key`) once."""
+    from pipeline import toc
+
     numbers = {}
-    chapter_number = chapter_numbers()
-    for chapter in chapters(lang):
-        if chapter.name not in chapter_number:
-            continue
-        keys: dict[str, int] = {}
-        for name in numbered_figures(chapter):
-            count = keys.setdefault(twin_key(name), len(keys) + 1)
-            numbers[name] = f"{chapter_number[chapter.name]}.{count}"
+    pages = {chapter.name: chapter for chapter in chapters(lang)}
+    for number, its_pages in enumerate(toc.read().values(), 1):
+        keys: dict[str, int] = {}  # one count over the chapter's pages, in reading order
+        for page in its_pages:
+            for name in numbered_figures(pages[page]) if page in pages else []:
+                count = keys.setdefault(twin_key(name), len(keys) + 1)
+                numbers[name] = f"{number}.{count}"
     return numbers
 
 
