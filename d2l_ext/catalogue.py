@@ -107,16 +107,22 @@ def figure_text(key: str, /, **values) -> str:
     return label(en=en, zh=zh)
 
 
-#: How each language separates the items of a list in running text.
-LIST_SEPARATORS = {"en": ", ", "zh": "、"}
+#: How each language separates the parts of a list in running text: names or short items
+#: ("a, b, c" / "a、b、c"), clauses ("a, b" / "a，b"), or statements ("a; b" / "a；b").
+LIST_SEPARATORS = {"items": {"en": ", ", "zh": "、"},
+                   "clauses": {"en": ", ", "zh": "，"},
+                   "statements": {"en": "; ", "zh": "；"}}
 
 
-def listing(items) -> Text:
+def listing(items, kind: str = "items") -> Text:
     """``items`` (strings, or :class:`~d2l_ext.i18n.Text` that carry both languages) as one
-    list in running text: ``a, b, c`` in English, ``a、b、c`` in Chinese; a value for
-    :func:`say` when a sentence names a list whose length depends on the run."""
+    list in running text, each language with its own separator for the ``kind`` of list
+    (:data:`LIST_SEPARATORS`); a value for :func:`say` when a sentence names a list whose
+    length depends on the run."""
+    if kind not in LIST_SEPARATORS:
+        raise ValueError(f"a list is one of {', '.join(LIST_SEPARATORS)}, not {kind!r}")
     items = list(items)
-    en, zh = (LIST_SEPARATORS[lang].join(getattr(item, lang) if isinstance(item, Text)
-                                         else str(item) for item in items)
+    en, zh = (LIST_SEPARATORS[kind][lang].join(getattr(item, lang) if isinstance(item, Text)
+                                               else str(item) for item in items)
               for lang in ("en", "zh"))
     return message(en=en, zh=zh)

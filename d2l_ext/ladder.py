@@ -951,7 +951,7 @@ def _report_measured(result: RungResult) -> None:
         r = result.ratio
         extra_en = (f"; \u00d7{r.median:.2f} ({r.min:.2f}\u2013{r.max:.2f}) the rung before: "
                     f"{result.verdict}")
-        extra_zh = (f"；是前一级的 {r.median:.2f} 倍（{r.min:.2f}–{r.max:.2f}）："
+        extra_zh = (f"；是前一个台阶的 {r.median:.2f} 倍（{r.min:.2f}–{r.max:.2f}）："
                     f"{result.verdict_text.zh}")
     print(message(en=f"{result.name.en}: {ms.en} per step{extra_en}",
                   zh=f"{result.name.zh}：每步 {ms.zh}{extra_zh}"))
@@ -1160,7 +1160,7 @@ class _Blank:
 COLUMNS = [message(en=en, zh=zh) for en, zh in [
     ("rung", "台阶"), ("batch", "批量"), ("ms/step", "每步（毫秒）"), ("min", "最小"),
     ("max", "最大"), ("steps/epoch", "每轮步数"), ("s/epoch", "每轮（秒）"),
-    ("x previous", "相对前一级"), ("verdict", "判定"), ("device ms", "设备（毫秒）"),
+    ("x previous", "相对前一台阶"), ("verdict", "判定"), ("device ms", "设备（毫秒）"),
     ("host ms", "主机（毫秒）"), ("bound", "瓶颈"), ("one-off s", "一次性开销（秒）"),
     ("TFLOP/s", "TFLOP/s"), ("MFU", "MFU")]]
 FORMATS = ["", "d", ".2f", ".2f", ".2f", ",d", ".2f", ".2f", "", ".2f", ".2f", "", ".1f", ".2f",

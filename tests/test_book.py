@@ -609,7 +609,8 @@ def test_the_sync_pages_cost_model_splits_a_step_at_its_first_and_last_sync():
 
     names = {"trace": trace, "collections": collections, "itertools": itertools,
              "statistics": statistics,
-             "d2l": SimpleNamespace(message=i18n.message, say=catalogue.say, show=show)}
+             "d2l": SimpleNamespace(message=i18n.message, say=catalogue.say, show=show,
+                                   listing=catalogue.listing)}
     exec(_sync_page_code(None, "def step_split"), names)
     exec(_sync_page_code(None, "def predicted_ms", "\n\n\nmodel = "), names)
     E = trace.Event
@@ -681,7 +682,7 @@ def _sync_page_gpu_state(on_gpu):
             "LOSS": i18n.message(en="loss", zh="损失函数"),
             "d2l": SimpleNamespace(message=i18n.message, label=i18n.label, gpu_runs=gpu_runs,
                                    say=catalogue.say, figure_text=catalogue.figure_text,
-                                   show=show)}
+                                   show=show, listing=catalogue.listing)}
 
 
 @pytest.mark.parametrize("on_gpu", [True, False])
@@ -788,7 +789,8 @@ def test_the_sync_pages_profiler_overhead_flags_a_version_that_stands_apart(firs
              "span": lambda r: f"{min(r):.2f}–{max(r):.2f}",
              "LOSS": i18n.message(en="loss", zh="损失函数"),
              "d2l": SimpleNamespace(message=i18n.message, paired_verdict=paired_verdict,
-                                    false_alarm=false_alarm, say=catalogue.say, show=show)}
+                                    false_alarm=false_alarm, say=catalogue.say, show=show,
+                                    listing=catalogue.listing)}
     exec(_sync_page_code(None, "def predicted_ms"), names)
     note = names["overhead_note"]
     assert names["by_chance"] == pytest.approx(8 / 220 - 12 / (220 * 84))

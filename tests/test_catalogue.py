@@ -51,6 +51,11 @@ def test_listing_joins_each_language_with_its_own_separator(lang):
     assert (listed.en, listed.zh, str(listed)) == ("retries, gloo, a", "重试、gloo、甲",
                                                    "重试、gloo、甲")
     assert (catalogue.listing([]).en, catalogue.listing(["x"]).zh) == ("", "x")
+    clauses = [i18n.message("x rose", "x 上升"), i18n.message("y fell", "y 下降")]
+    assert (catalogue.listing(clauses, "clauses").zh, catalogue.listing(clauses, "statements").en) \
+        == ("x 上升，y 下降", "x rose; y fell")
+    with pytest.raises(ValueError, match="one of items, clauses, statements, not 'words'"):
+        catalogue.listing(clauses, "words")
     key = "async-computation/the-torch-mm-call-took-reading"
     text = catalogue.say(key, t_call=listed, t_read="-")
     assert "retries, gloo, a" in text.en and "重试、gloo、甲" in text.zh

@@ -21,6 +21,7 @@ pytest.importorskip("yaml", reason="the book tools need the full environment")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
+from page_cells import cell_with_presentation  # noqa: E402
 from pipeline import config, sources  # noqa: E402
 
 from d2l_ext import exercises  # noqa: E402
@@ -36,17 +37,12 @@ class CellSource(str):
     framework: str | None
 
 
-def check_cell(chapter: str, marker: str, framework: str | None = None,
-               previous: int = 0, following: int = 0) -> CellSource:
-    """The source of the code cell of ``chapter`` (English) that contains ``marker``; with
-    ``previous`` (``following``), that many code cells of the framework before (after) it
-    come with it (a cell split into the computation and its collapsed presentation runs as
-    one)."""
+def check_cell(chapter: str, marker: str, framework: str | None = None) -> CellSource:
+    """The source of the code cell of ``chapter`` (English) that contains ``marker``, with
+    the ``hide-input`` cells right after it (a cell split into the computation and its
+    collapsed presentation runs as one)."""
     parsed = sources.parse(config.CHAPTERS / "en" / f"{chapter}.md")
-    cells = [c.source for c in parsed.cells if c.kind == "code" and c.framework == framework]
-    found = [i for i, c in enumerate(cells) if marker in c]
-    assert len(found) == 1, f"{chapter}: {len(found)} cells with {marker!r} for {framework}"
-    cell = CellSource("\n".join(cells[found[0] - previous:found[0] + 1 + following]))
+    cell = CellSource(cell_with_presentation(parsed.cells, marker, framework))
     cell.framework = framework
     return cell
 
@@ -396,7 +392,7 @@ def cost_model_verdict(step_medians, probe, spread=1.1, spreads=None, probe_spre
                  {"matmul": matmul, "optimizer": optimizer, "elementwise": elementwise,
                   "other": other}, wall, 3, "cuda" if on_gpu else "cpu")}
     with contextlib.redirect_stdout(io.StringIO()):
-        exec(check_cell("tuning-tips", "fit_says = d2l.say(", previous=1), names)
+        exec(check_cell("tuning-tips", "step_seconds = {b: t.typical"), names)  # + fit_says
     return names
 
 
@@ -485,7 +481,8 @@ def test_tuning_mixed_precision_sentence_without_bf16(monkeypatch, capability, b
              "conv_rates": {"fp32": 1.0, "bf16": 3.0}, "kept_all": lambda *keys: None}
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")  # a CUDA GradScaler made without CUDA disables itself
-        exec(check_cell("tuning-tips", "bf16_says = d2l.say(", "torch", previous=1), names)
+        exec(chapter_function("tuning-tips", "versus"), names)  # the collapsed part uses it
+        exec(check_cell("tuning-tips", "def amp_step(", "torch"), names)  # + bf16_says
     says = names["bf16_says"].en
     assert "nan" not in says
     if bf16_timed:
@@ -520,7 +517,8 @@ def compiled_gelu_sentences(compiled, eager, split=None, copy=(0.1, 0.1, 0.1),
                              "compiled": ms(compiled), "F.gelu": ms(eager)},
              "gelu_split": {k: us(*v) for k, v in (split or {}).items()}}
     with contextlib.redirect_stdout(io.StringIO()):
-        exec(check_cell("tuning-tips", "compiled_says = d2l.say(", "torch", previous=1), names)
+        exec(check_cell("tuning-tips", "fusion_speedup = gelu_timing[", "torch"),
+             names)  # + compiled_says
     return names
 
 
@@ -599,9 +597,9 @@ def test_tuning_key_figures_line_up_with_the_books_gpu_run(device_type):
               "target_runs": [ladder.TargetRun(Text(top.name.en, top.name.zh), s, True, 0.91,
                                                3.0, 10.0 + s, 4.0) for s in (0, 1)]}
     exec(chapter_function("tuning-tips", "joined"), names)
+    exec(chapter_function("tuning-tips", "both"), names)
     with contextlib.redirect_stdout(io.StringIO()):
-        for marker in ("datasheet_rows = [", "growth_pair = alike(",
-                       'parts.append(d2l.say("tuning-tips/gpu-run-bf16-'):
+        for marker in ("datasheet_rows = [", "growth_pair = alike("):  # and its "parts = []"
             exec(check_cell("tuning-tips", marker, "torch"), names)
     record = gpu_runs.load("tuning-tips")
     kept_labels = {f.en for f in record.figures}
@@ -646,6 +644,14 @@ def test_tuning_key_figures_line_up_with_the_books_gpu_run(device_type):
     assert "1 x " not in says.zh + says.en  # the multiplication sign, not an x
 
 
+def profile_cells() -> str:
+    """The tuning page's profile cell and the cell right after it, which reads the profiles
+    into sentences (a cell of its own, not a collapsed one)."""
+    return "\n".join(check_cell("tuning-tips", marker, "torch") for marker in (
+        "profiles = {b: breakdown.torch_step(",
+        'outside_says = d2l.say("tuning-tips/ms-of-the-ms-step-ran"'))
+
+
 @pytest.mark.parametrize("device_type, probe_ms, kernels_ms, verdict", [
     ("cuda", 11.0, 5.0, "the step is host-bound"),
     ("cuda", 2.0, 10.0, "the step is device-bound"),
@@ -671,15 +677,13 @@ def test_tuning_host_or_device_bound_at_the_ladders_batch(device_type, probe_ms,
              "peak": 350e12, "probe_seconds": probe_ms / 1e3, "ladder_share": 0.7,
              "ladder_pair": (probe_ms / 1e3, 0.015), "step_seconds": {256: 0.015, 1024: 0.0425},
              "breakdown": SimpleNamespace(torch_step=lambda step, device, steps: next(made))}
-    exec(check_cell("tuning-tips", "profiles = {b: breakdown.torch_step(", "torch",
-                    following=1), names)
+    exec(profile_cells(), names)
     assert verdict in names["bound_says"].en
     assert "The profiler made the step 11.1 ms slower" in names["profiler_says"].en
     assert "the convolutions themselves run below that rate" in names["conv_says"].en
     names["peak"] = 50e12  # a reference that the convolutions outran: no ceiling
     made = iter([profile(kernels_ms, 16.0), profile(42.0, 53.6)])
-    exec(check_cell("tuning-tips", "profiles = {b: breakdown.torch_step(", "torch",
-                    following=1), names)
+    exec(profile_cells(), names)
     assert "which is therefore no ceiling" in names["conv_says"].en
     if device_type == "cuda":
         assert "the same step took 42.5 ms against 42.0 ms of kernels, so the device was idle " \

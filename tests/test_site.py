@@ -504,7 +504,7 @@ def test_tuning_page_shows_each_framework_its_own_ladder(page, lang):
     torch_chart = page.locator(".tag_torch", has_text="ladder.plot(results)")
     mxnet_ladder = page.locator(".tag_mxnet", has_text="mx_rungs = [")
     assert torch_ladder.is_visible() and not mxnet_ladder.is_visible()
-    assert {"en": "x previous", "zh": "相对前一级"}[lang] in torch_table.inner_text()  # the run
+    assert {"en": "x previous", "zh": "相对前一台阶"}[lang] in torch_table.inner_text()  # the run
     assert torch_table.locator("table.d2l-table").count() == 2  # times, then analysis
     assert torch_chart.locator("img").count() >= 1  # the bar chart
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
@@ -572,7 +572,7 @@ def test_communication_page_shows_each_framework_its_own_messages(page, lang):
                          has_text="checked = {k: comm.spawn(comm_lab.check_all_reduces")
     server_job = page.locator(".tag_mxnet", has_text="%%writefile ps_hello.py")
     assert ring.is_visible() and check.is_visible() and not server_job.is_visible()
-    assert {"en": "ring yes, server yes", "zh": "环形是，服务器式是"}[lang] in \
+    assert {"en": "ring yes, server yes", "zh": "环形算法：是；服务器式：是"}[lang] in \
         _with_next(check)
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert server_job.is_visible() and not ring.is_visible()
@@ -988,23 +988,33 @@ def test_every_figure_is_numbered_captioned_and_described_in_the_page_language(s
             assert len(text) > 10, f"{figure['id']}: {text!r}"
             assert bool(HAN.search(text)) == (lang == "zh"), f"{figure['id']}: {text!r}"
         assert not re.search(r"[0-9a-f]{32}|_images/|\.(png|svg|jpe?g)$", alt), alt
+        # the alt text says what the figure shows, not the caption again nor how it was drawn
+        assert " ".join(alt.split()) != " ".join(caption.split()), f"{figure['id']}: {alt!r}"
+        assert not re.search(r"Drawn by|由.*画出|d2l_ext\.", alt), f"{figure['id']}: {alt!r}"
     counts = sorted({int(n.split(".")[1]) for n in numbers})
     assert counts == list(range(1, len(counts) + 1)), numbers
     assert _notebook_figure_numbers(lang, name) == set(numbers)
+
+
+CLOSE = {"en": "Close", "zh": "关闭"}
 
 
 @pytest.mark.parametrize("phone_or_desktop", VIEWPORTS, indirect=True)
 @pytest.mark.parametrize("lang", LANGS)
 def test_a_tap_on_a_figure_enlarges_it(phone_or_desktop, site_url, lang):
     """A click (or a tap on a phone) on a figure opens it over the page, larger, with its
-    caption; a tap closes it, and so does Escape; Enter on a focused figure opens it too."""
+    caption and a close button in the page's language, which takes the focus; on a phone the
+    image keeps its own size and the overlay pans over it (a tap on the image keeps it open).
+    The button, a tap beside the image and Escape close it; Enter on a focused figure opens
+    it. The label "Figure 3.2" / "图 3.2" is upright (CJK has no italic)."""
     page = phone_or_desktop
     page.goto(f"{site_url}/{lang}/chapters/{CHAPTERS[0]}.html")
-    image = page.locator("article figure img").first
+    image = page.locator("article figure img[src$='.png'] >> visible=true").first  # a plot
     image.scroll_into_view_if_needed()
     page.wait_for_function("img => img.complete", arg=image.element_handle())
     width = image.bounding_box()["width"]
-    number = page.locator("article figure .caption-number").first.inner_text().strip()
+    figure = image.locator("xpath=ancestor::figure[1]")
+    number = figure.locator(".caption-number").inner_text().strip()
     phone = page.viewport_size["width"] < 500
     image.tap() if phone else image.click()
     zoom = page.locator(".fig-zoom")
@@ -1012,11 +1022,37 @@ def test_a_tap_on_a_figure_enlarges_it(phone_or_desktop, site_url, lang):
     big = zoom.locator("img").bounding_box()
     assert big["width"] > width * 1.2 or big["height"] > image.bounding_box()["height"] * 1.2
     assert number in zoom.inner_text()
-    zoom.tap() if phone else zoom.click()
+    close = zoom.get_by_role("button", name=CLOSE[lang])
+    assert close.is_visible()
+    assert close.evaluate("button => document.activeElement === button")
+    if phone:  # the image at its natural size, wider than the phone: the overlay pans
+        natural = zoom.locator("img").evaluate("img => img.naturalWidth")
+        assert big["width"] >= min(natural, 600) > page.viewport_size["width"]
+        assert zoom.evaluate("el => el.scrollWidth > el.clientWidth")
+        zoom.locator("img").tap()
+        assert zoom.is_visible()
+    close.tap() if phone else close.click()
+    assert zoom.count() == 0
+    image.tap() if phone else image.click()
+    zoom.click(position={"x": 5, "y": 5})  # beside the image
     assert zoom.count() == 0
     image.focus()
     page.keyboard.press("Enter")
     assert page.locator(".fig-zoom").is_visible()
     page.keyboard.press("Escape")
     assert page.locator(".fig-zoom").count() == 0
+    label = figure.locator(".caption-number")
+    assert label.evaluate("el => getComputedStyle(el).fontStyle") == "normal"
     assert page.errors == []
+
+
+PRINT = {"en": "Print / save as PDF", "zh": "打印 / 另存为 PDF"}
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_the_print_item_says_what_it_does(page, site_url, lang):
+    """The download menu's print item says "print / save as PDF" in its text, not only in a
+    tooltip that a phone never shows (the theme's text is ".pdf")."""
+    page.goto(f"{site_url}/{lang}/chapters/{CHAPTERS[0]}.html")
+    item = page.locator(".btn-download-pdf-button .btn__text-container")
+    assert item.count() == 1 and item.text_content().strip() == PRINT[lang]
