@@ -358,31 +358,14 @@ def test_every_figure_a_chapter_draws_has_a_caption(name):
      "各种复制方式的速率（每秒字节数，对数坐标）。"),
 ])
 def test_alt_text_is_the_first_clause_of_the_caption_without_provenance(caption, alt):
-    assert book_figures.described(caption) == alt
+    assert sources.described(caption) == alt
 
 
-def test_a_sphinx_build_describes_images_by_their_caption_and_keeps_an_explicit_alt(tmp_path):
-    """A real Sphinx build: an image whose alt text is its caption gets the caption's first
-    clause (never "Drawn by"); one with alt text of its own keeps it."""
-    from sphinx.application import Sphinx
-
-    src = tmp_path / "src"
-    src.mkdir()
-    caption = "Loss against the step: mean and range. Drawn by ``d2l.plot``."
-    (src / "index.rst").write_text(
-        "Title\n=====\n\n"
-        f".. figure:: a.png\n   :name: fig-a\n   :alt: Loss against the step: mean and range. "
-        "Drawn by d2l.plot.\n\n"
-        f"   {caption}\n\n"
-        ".. figure:: b.png\n   :name: fig-b\n   :alt: A falling line.\n\n   Caption b.\n\n"
-        ".. figure:: c.png\n   :name: fig-c\n\n   Speed of each framework on a log scale.\n",
-        encoding="utf-8")
-    (src / "conf.py").write_text(
-        "import sys\n"
-        f"sys.path.insert(0, {str(ROOT / 'tools' / 'sphinx_ext')!r})\n"
-        "extensions = ['book_figures']\n", encoding="utf-8")
-    Sphinx(str(src), str(src), str(tmp_path / "out"), str(tmp_path / "dt"), "html",
-           status=None, warning=None, freshenv=True).build()
-    html = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
-    assert re.findall(r'<img alt="([^"]*)"', html) == [
-        "Loss against the step.", "A falling line.", "Speed of each framework on a log scale."]
+def test_a_drawn_figure_is_described_by_its_caption_unless_it_has_an_alt_line():
+    """The image's alt text: its ``:alt:`` line, values filled in; else the caption's first
+    clause as plain text (never the "Drawn by" sentence)."""
+    drawn = sources.DrawnFigure("fig-a", "Loss against the `step`: {{n}} runs. Drawn by "
+                                "`d2l.plot`.", "")
+    assert drawn.alt_text({"{{n}}": "3"}) == "Loss against the step."
+    explicit = sources.DrawnFigure("fig-b", "Caption b: more.", "A falling line of {{n}}.")
+    assert explicit.alt_text({"{{n}}": "3"}) == "A falling line of 3."

@@ -32,19 +32,11 @@ playwright = pytest.importorskip("playwright.sync_api", reason="playwright is no
 yaml = pytest.importorskip("yaml", reason="the book tools need the full environment")
 
 
-def _chapters_in(entries: list[dict]) -> list[str]:
-    """The chapter pages that the table-of-contents ``entries`` list, in the book's order."""
-    names = []
-    for entry in entries:
-        if str(entry.get("file", "")).startswith("chapters/"):
-            names.append(Path(entry["file"]).stem)
-        for key in ("parts", "chapters", "sections"):
-            names += _chapters_in(entry.get(key, []))
-    return names
+sys.path.insert(0, str(ROOT / "tools"))
+from pipeline import toc  # noqa: E402
 
-
-#: Every chapter in ``_toc.yml``: a new chapter is checked here as soon as it is listed there.
-CHAPTERS = _chapters_in([yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))])
+#: Every page in ``_toc.yml``: a new chapter or section page is checked here once it is listed.
+CHAPTERS = toc.pages()
 
 
 @pytest.fixture(scope="module")

@@ -186,8 +186,12 @@ class DrawnFigure:
     alt: str
 
     def alt_text(self, values: dict[str, str]) -> str:
-        """The image's alt text, with the values of a run filled in."""
-        return plain_text(fill(self.alt or self.caption, values))
+        """The image's alt text, with the values of a run filled in: the ``:alt:`` line, else
+        what the caption says the plot shows (:func:`described`), not the caption again (a
+        screen reader would read it twice)."""
+        if self.alt:
+            return plain_text(fill(self.alt, values))
+        return described(plain_text(fill(self.caption, values)))
 
 
 def _drawn_figure(match: re.Match) -> DrawnFigure:
@@ -226,6 +230,47 @@ def plain_text(myst: str) -> str:
     text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", text)
     text = re.sub(r"(\*\*|\*|__)(.+?)\1", r"\2", text)
     return re.sub(r"\s+", " ", text).strip()
+
+
+#: A sentence that says how a figure was drawn, not what it shows.
+PROVENANCE = re.compile(r"^(Drawn (by|with)\b|由.*画出)")
+#: Where a sentence ends: ". " before a capital, a digit or an opening mark, or a full-width
+#: full stop (or ! ?).
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\"“])|(?<=[。！？])")
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` (one paragraph) split into its sentences."""
+    return [s.strip() for s in SENTENCE_END.split(" ".join(text.split())) if s.strip()]
+
+
+#: Where a sentence's first clause ends (outside parentheses): a colon or a semicolon.
+CLAUSE_END = {":": ".", ";": ".", "：": "。", "；": "。"}
+OPENING, CLOSING = "(（[", ")）]"
+
+
+def first_clause(sentence: str) -> str:
+    """``sentence`` up to its first colon or semicolon outside parentheses, closed with a
+    full stop; all of it if that leaves fewer than three words (or eight characters)."""
+    depth = 0
+    for i, char in enumerate(sentence):
+        depth += (char in OPENING) - (char in CLOSING)
+        if depth == 0 and char in CLAUSE_END:
+            clause = sentence[:i].rstrip(" ,，")
+            if len(clause.split()) >= 3 or (len(clause) >= 8 and not clause.isascii()):
+                return clause + CLAUSE_END[char]
+            break
+    return sentence
+
+
+def described(caption: str) -> str:
+    """The alt text made from a caption: the first clause of its first sentence
+    (:func:`first_clause`), or the whole caption where that sentence says how the figure
+    was drawn."""
+    parts = sentences(caption)
+    if parts and not PROVENANCE.match(parts[0]):
+        return first_clause(parts[0])
+    return " ".join(caption.split())
 
 
 def check_figures(chapter: Chapter) -> list[str]:
