@@ -12,7 +12,7 @@ pytest.importorskip("yaml", reason="the book tools need the full environment")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from pipeline import config, notebooks, runinfo, site, sources  # noqa: E402
+from pipeline import config, notebooks, runinfo, site, sources, toc  # noqa: E402
 from pipeline.config import BookError  # noqa: E402
 
 from d2l_ext import catalogue  # noqa: E402
@@ -462,7 +462,7 @@ SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab m
          "%%writefile ps_hello.py", "split_and_load(", "set_gradient_compression(",
          "kv.set_optimizer(", 'grad_req = "add"', "comm.fit_alpha_beta(", "kvstore.timing(",
          "gluon.Trainer(", "d2l.measure(")),
-    "memory": (
+    "memory": (  # the chapter's pages: memory, memory-sharding, memory-oom
         ("memory.Tracker(device)", "tracker.mark(", "memory.SavedTensors(", "tracker.timeline()",
          "foreach", "torch.autocast(", "model.to(torch.bfloat16)",
          "checkpoint_sequential(", "use_reentrant=False", "torch.equal(",
@@ -474,7 +474,7 @@ SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab m
         ("mxnet_memory.StorageCounter()", "counter.read()", "multi_precision=",
          'MXNET_BACKWARD_DO_MIRROR', ".simple_bind(", "hybridize(**flags)",
          '"static_alloc": True', "mx.context.gpu_memory_info(", "empty_cache()",
-         "autograd.record()", "d2l.measure(")),
+         "autograd.record()", "d2l.measure(", "budget.kvstore_server_numbers(")),
 }
 
 
@@ -482,9 +482,10 @@ SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab m
 def test_the_page_shows_the_code_it_teaches(name):
     """Each tip's or fix's code is on the page, under its framework, not only in d2l_ext,
     and in view: not in a cell collapsed as presentation (``hide-input``)."""
-    chapter = sources.parse(config.CHAPTERS / "en" / f"{name}.md")
+    cells = [cell for page in toc.read()[name]  # the chapter's pages, its sections' too
+             for cell in sources.parse(config.CHAPTERS / "en" / f"{page}.md").cells]
     for framework, calls in zip(("torch", "mxnet"), SHOWN_CODE[name]):
-        code = "\n".join(c.source for c in chapter.cells
+        code = "\n".join(c.source for c in cells
                          if c.kind == "code" and c.framework in (None, framework)
                          and notebooks.HIDE_INPUT not in c.tags)
         missing = [call for call in calls if call not in code]

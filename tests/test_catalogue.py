@@ -112,14 +112,22 @@ def test_the_catalogue_ships_in_the_wheel():
 
 
 # ---------------------------------------------------------------- the chapters' use of it
-def _code_cells(name: str, lang: str):
+def _code_cells(name: str, lang: str) -> list[tuple[str, bool]]:
+    """The code cells of chapter ``name`` in ``lang``, all its pages (a section page speaks
+    from its chapter's catalogue), each with whether it comes before its page's exercises."""
     pytest.importorskip("yaml", reason="the book tools need the full environment")
     sys.path.insert(0, str(ROOT / "tools"))
-    from pipeline import config, sources
+    from pipeline import config, sources, toc
 
-    text = (config.CHAPTERS / lang / f"{name}.md").read_text(encoding="utf-8")
-    return [c.source for c in sources.parse(config.CHAPTERS / lang / f"{name}.md").cells
-            if c.kind == "code"], text
+    cells = []
+    for page in toc.read()[name]:
+        path = config.CHAPTERS / lang / f"{page}.md"
+        text = path.read_text(encoding="utf-8")
+        limit = EXERCISES.search(text)
+        before = text[:limit.start()] if limit else text
+        cells += [(c.source, c.source in before) for c in sources.parse(path).cells
+                  if c.kind == "code"]
+    return cells
 
 
 def _calls(source: str):
@@ -138,7 +146,7 @@ def _chapter_names() -> list[str]:
 @pytest.mark.parametrize("name", _chapter_names())
 def test_every_key_a_chapter_says_exists_and_gets_its_values(name):
     used = set()
-    for source in _code_cells(name, "en")[0]:
+    for source, _ in _code_cells(name, "en"):
         for call in _calls(source):
             if call.func.attr not in ("say", "figure_text"):
                 continue
@@ -156,12 +164,9 @@ def test_every_key_a_chapter_says_exists_and_gets_its_values(name):
 def test_code_cells_carry_no_literal_prose(name):
     """A message with literal English and Chinese in a code cell belongs in the catalogue
     (texts computed from the run's own names, e.g. a dictionary's entries, may stay)."""
-    cells, text = _code_cells(name, "en")
-    limit = EXERCISES.search(text)
-    before = text[:limit.start()] if limit else text
     literal = []
-    for source in cells:
-        if source not in before:
+    for source, before_exercises in _code_cells(name, "en"):
+        if not before_exercises:
             continue
         for call in _calls(source):
             kw = {k.arg: k.value for k in call.keywords}

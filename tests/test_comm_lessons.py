@@ -295,6 +295,7 @@ def test_ring_small_note_reads_the_miss_against_the_processes_per_core():
     assert "descheduled" in on_two and "grew with the processes per core" in on_two
     assert "we expect this cause not to apply" in on_two  # GPUs: an expectation
     assert "3.5 times the model with 2 processes" in on_two  # k = 2 has a core each
+    assert "环的实测时间仍是模型的 3.5 倍（2 个进程）" in on_two.zh
     assert "被操作系统调度出去的对端" in on_two.zh and "每个核心 1.5 个" in on_two.zh
     # the same times on 4 cores: no process count outnumbers the cores (2 is not hard-coded)
     on_four = comm.ring_small_note("4 KiB", measured, model, latency, cores=4)

@@ -774,8 +774,8 @@ def test_gpu_basics_exercise_3_arithmetic_intensity_of_a_batch():
     assert run(cell, "intensity_batch = None", "zh").startswith("练习 3")
 
 
-def test_gpu_basics_exercise_4_torch_what_orders_the_streams():
-    cell = check_cell("gpu-basics", "exercise 4", "torch")
+def test_gpu_basics_streams_exercise_1_torch_what_orders_the_streams():
+    cell = check_cell("gpu-basics-streams", "exercise 1", "torch")
     assert run(cell, "makes_it_right = {'a', 'b'}").startswith("Correct")
     assert run(cell, "makes_it_right = ['b', 'a']").startswith("Correct")
     assert run(cell, "makes_it_right = {'A', '(b)'}").startswith("Correct")  # any case, any form
@@ -784,26 +784,26 @@ def test_gpu_basics_exercise_4_torch_what_orders_the_streams():
     assert "Not quite" in run(cell, "makes_it_right = {'a', 'b', 'c'}")
     assert "Not quite" in run(cell, "makes_it_right = {'A'}")
     assert run(cell, "makes_it_right = {'a', 'b'}", "zh").startswith("正确")
-    assert run(cell, "makes_it_right = None").startswith("Exercise 4")
+    assert run(cell, "makes_it_right = None").startswith("Exercise 1")
 
 
-def test_gpu_basics_exercise_4_mxnet_what_the_engine_orders():
-    cell = check_cell("gpu-basics", "exercise 4", "mxnet")
+def test_gpu_basics_streams_exercise_1_mxnet_what_the_engine_orders():
+    cell = check_cell("gpu-basics-streams", "exercise 1", "mxnet")
     assert run(cell, "makes_it_wrong = {'d'}").startswith("Correct")
     assert run(cell, "makes_it_wrong = ['d']").startswith("Correct")
     assert run(cell, "makes_it_wrong = {'D'}").startswith("Correct")
     assert "Not quite" in run(cell, "makes_it_wrong = {'b'}")
     assert "Not quite" in run(cell, "makes_it_wrong = {'b', 'd'}")
     assert run(cell, "makes_it_wrong = {'d'}", "zh").startswith("正确")
-    assert run(cell, "makes_it_wrong = None", "zh").startswith("练习 4")
+    assert run(cell, "makes_it_wrong = None", "zh").startswith("练习 1")
 
 
 @pytest.mark.parametrize("framework", ["torch", "mxnet"])
-def test_gpu_basics_exercise_5_batchnorm_over_two_devices(framework):
+def test_gpu_basics_streams_exercise_2_batchnorm_over_two_devices(framework):
     """The data-parallel check always runs on at least two devices (every GPU when there are
     two or more, else two CPU stand-ins), so on every machine the slices' statistics differ:
     the answer is False, however it is written."""
-    cell = check_cell("gpu-basics", "exercise 5")  # one cell for both frameworks
+    cell = check_cell("gpu-basics-streams", "exercise 2")  # one cell for both frameworks
     says = run(cell, "bn_outputs_match = False", framework=framework)
     assert says.startswith("Correct")
     assert ("nn.SyncBatchNorm would not help" in says) == (framework == "torch")
@@ -813,7 +813,7 @@ def test_gpu_basics_exercise_5_batchnorm_over_two_devices(framework):
     for wrong in ("True", "1", "'True'"):
         assert "Not quite" in run(cell, f"bn_outputs_match = {wrong}", framework=framework)
     assert run(cell, "bn_outputs_match = False", "zh", framework=framework).startswith("正确")
-    assert run(cell, "bn_outputs_match = None", "zh", framework=framework).startswith("练习 5")
+    assert run(cell, "bn_outputs_match = None", "zh", framework=framework).startswith("练习 2")
 
 
 # ------------------------------------------------------------ communication
@@ -879,23 +879,23 @@ def test_communication_exercise_3_mxnet_checks_recursive_doubling(numpy_too_new)
     assert run(cell, "written = False", "zh", **names).startswith("练习 3")
 
 
-def test_communication_exercise_7_scaling_model_with_twice_the_batch():
+def test_communication_scale_exercise_1_scaling_model_with_twice_the_batch():
     """Up to 32 GPUs nothing is exposed; at 64, 39.4 - 20.5 = 18.9 ms. The check needs no
     run (the model's inputs are the example's), accepts any rounding within 0.1 ms, and says
     which half is right without printing the answer."""
-    cell = check_cell("communication", "exercise 7")
+    cell = check_cell("communication-scale", "exercise 1")
     assert run(cell, "largest_k, exposed_ms_64 = 32, 18.9").startswith("Correct")
     assert run(cell, "largest_k, exposed_ms_64 = 32, 18.895", "zh").startswith("正确")
     half = run(cell, "largest_k, exposed_ms_64 = 32, 39.4")  # forgot the overlap
     assert half.startswith("Half right") and "18.9" not in half
     wrong = run(cell, "largest_k, exposed_ms_64 = 16, 18.9")  # the example's own batch
     assert wrong.startswith("Not quite") and "32" not in wrong
-    assert run(cell, "largest_k, exposed_ms_64 = None, None", "zh").startswith("练习 7")
+    assert run(cell, "largest_k, exposed_ms_64 = None, None", "zh").startswith("练习 1")
 
 
 # ------------------------------------------------------------ memory
-def test_memory_exercise_1_state_in_gb_and_per_process():
-    cell = check_cell("memory", "exercise 1")
+def test_memory_sharding_exercise_1_state_in_gb_and_per_process():
+    cell = check_cell("memory-sharding", "exercise 1")
     assert run(cell, "state_gb, per_process_gb = 24, 3").startswith("Correct")
     assert run(cell, "state_gb, per_process_gb = 16 * 1.5, 16 * 1.5 / 8").startswith("Correct")
     assert run(cell, "state_gb, per_process_gb = 24.0, 3.0", "zh").startswith("正确")
@@ -905,47 +905,47 @@ def test_memory_exercise_1_state_in_gb_and_per_process():
     assert run(cell, "state_gb, per_process_gb = None, None", "zh").startswith("练习 1")
 
 
-def test_memory_exercise_2_best_number_of_segments():
-    cell = check_cell("memory", "exercise 2")
+def test_memory_exercise_1_best_number_of_segments():
+    cell = check_cell("memory", "exercise 1")
     assert run(cell, "best_segments = 8").startswith("Correct")
     assert run(cell, "best_segments = 8", "zh").startswith("正确")
     for wrong in (7, 9, 1, 64, 16):
         assert "Not quite" in run(cell, f"best_segments = {wrong}")
-    assert run(cell, "best_segments = None").startswith("Exercise 2")
+    assert run(cell, "best_segments = None").startswith("Exercise 1")
 
 
-def test_memory_exercise_7_zero_stage_2_in_gb():
+def test_memory_sharding_exercise_2_zero_stage_2_in_gb():
     """2 x 13 + (2 + 12) x 13 / 16 = 37.375 GB; the other stages are named as such."""
-    cell = check_cell("memory", "exercise 7")
+    cell = check_cell("memory-sharding", "exercise 2")
     assert run(cell, "zero2_gb = 37.375").startswith("Correct")
     assert run(cell, "zero2_gb = 37.4", "zh").startswith("正确")
     for other_stage in (61.75, 13):
         assert "another stage" in run(cell, f"zero2_gb = {other_stage}")
     wrong = run(cell, "zero2_gb = 208")  # no sharding
     assert wrong.startswith("Not quite") and "37" not in wrong
-    assert run(cell, "zero2_gb = None", "zh").startswith("练习 7")
+    assert run(cell, "zero2_gb = None", "zh").startswith("练习 2")
 
 
-def test_memory_exercise_8_factored_second_moment_in_bytes():
-    cell = check_cell("memory", "exercise 8")
+def test_memory_exercise_2_factored_second_moment_in_bytes():
+    cell = check_cell("memory", "exercise 2")
     assert run(cell, "factored_bytes = (4096 + 11008) * 4").startswith("Correct")
     assert run(cell, "factored_bytes = 60416", "zh").startswith("正确")
     assert "step counter" in run(cell, "factored_bytes = 60420")
     assert "numbers, not bytes" in run(cell, "factored_bytes = 15104")
     wrong = run(cell, "factored_bytes = 8 * 4096 * 11008")  # Adam's two moments
     assert wrong.startswith("Not quite") and "60416" not in wrong
-    assert run(cell, "factored_bytes = None").startswith("Exercise 8")
+    assert run(cell, "factored_bytes = None").startswith("Exercise 2")
 
 
-def test_memory_exercise_9_sequences_that_fit_under_zero_3():
+def test_memory_oom_exercise_1_sequences_that_fit_under_zero_3():
     """(72 - 16 x 13 / 8) / 6 = 7.67: 7 whole sequences."""
-    cell = check_cell("memory", "exercise 9")
+    cell = check_cell("memory-oom", "exercise 1")
     assert run(cell, "sequences_per_gpu = 7").startswith("Correct")
     assert run(cell, "sequences_per_gpu = 7", "zh").startswith("正确")
     assert "round down" in run(cell, "sequences_per_gpu = 8")
     for wrong in (0, 3, 12):  # unsharded; sharded weights only; ...
         assert run(cell, f"sequences_per_gpu = {wrong}").startswith("Not quite")
-    assert run(cell, "sequences_per_gpu = None", "zh").startswith("练习 9")
+    assert run(cell, "sequences_per_gpu = None", "zh").startswith("练习 1")
 
 
 # ------------------------------------------------------------ the checks in d2l_ext.exercises
@@ -1006,7 +1006,8 @@ def test_an_unset_answer_gets_the_prompt_in_the_readers_language(monkeypatch, la
         said = exercises.check(chapter, number, None, framework=framework or "mxnet")
         assert said.startswith(start.format(n=number)), (chapter, number, said)
         assert isinstance(said, exercises.Text) and said.en != said.zh
-    assert exercises.check("memory", 1, (24, None)).startswith(start.format(n=1))  # half set
+    assert exercises.check("memory-sharding", 1, (24, None)).startswith(  # half set
+        start.format(n=1))
 
 
 def test_unknown_exercises_and_missing_run_variables_raise_clear_errors():
@@ -1014,10 +1015,10 @@ def test_unknown_exercises_and_missing_run_variables_raise_clear_errors():
                        "'memroy'; known chapters: async-computation"):
         exercises.check("memroy", 1, 24)
     with pytest.raises(exercises.ExerciseError, match="'memory' has no checked exercise 3; "
-                       "checked: 1, 2, 7, 8, 9"):
+                       "checked: 1, 2"):
         exercises.check("memory", 3, 1)
     with pytest.raises(exercises.ExerciseError, match="differs between torch and mxnet"):
-        exercises.check("gpu-basics", 4, {"a"})
+        exercises.check("gpu-basics-streams", 1, {"a"})
     with pytest.raises(exercises.ExerciseError, match="no checked exercise 3 for torch"):
         exercises.check("communication", 3, None, framework="torch")
     with pytest.raises(ValueError, match="framework must be one of"):
@@ -1028,12 +1029,12 @@ def test_unknown_exercises_and_missing_run_variables_raise_clear_errors():
 
 def test_the_frameworks_d2l_export_their_check(numpy_too_new):
     d2l = pytest.importorskip("d2l_ext.torch")
-    assert d2l.check_exercise("gpu-basics", 4, {"a", "b"}).startswith("Correct")
-    assert d2l.check_exercise("gpu-basics", 4, {"d"}).startswith("Not quite")
+    assert d2l.check_exercise("gpu-basics-streams", 1, {"a", "b"}).startswith("Correct")
+    assert d2l.check_exercise("gpu-basics-streams", 1, {"d"}).startswith("Not quite")
     assert "check_exercise" in d2l.__all__
     if not numpy_too_new:
         mx_d2l = pytest.importorskip("d2l_ext.mxnet")
-        assert mx_d2l.check_exercise("gpu-basics", 4, {"d"}).startswith("Correct")
+        assert mx_d2l.check_exercise("gpu-basics-streams", 1, {"d"}).startswith("Correct")
 
 
 @pytest.mark.parametrize("outcome, starts", [("agree", "Correct"), ("rank 1 wrong", "Not quite"),

@@ -2,9 +2,11 @@
 
 A drawn figure (a code cell's plot) gets its caption from a ``{drawn-figure}`` block right
 after the cell, once per language; the pipeline makes it a numbered figure on the page
-(``pages.py``), a numbered caption line in the notebooks (``plain.py``), and the Sphinx
-extension gives a figure's framework copies one number (``book_figures.py``). The built
-site is checked in tests/test_site.py."""
+(``pages.py``) and a numbered caption line in the notebooks (``plain.py``). Each framework
+tab numbers its own figures and the shared ones, per chapter over its pages, without gaps:
+the notebooks by their framework (``plain.figure_numbers``), the site with each tab's
+number on every label (the Sphinx extension ``book_figures.py``; book.js shows the selected
+tab's). The built site is checked in tests/test_site.py."""
 
 import base64
 import re
@@ -158,12 +160,16 @@ def test_a_caption_cites_its_frameworks_values(book):
     assert len(problems) == 2 and all("reads unbound" in p for p in problems)  # per framework
 
 
-def test_numbers_follow_the_reading_order_and_share_framework_copies(book):
+def test_numbers_follow_the_reading_order_per_framework(book):
+    """The tiny chapter shows each tab four figures: its static figure, its copy of the loss
+    figure and the two shared ones; a {numref} to the other framework's copy of a figure
+    gets this framework's copy's number."""
     assert plain.chapter_numbers() == {"other": 1, "demo": 2}
     for lang in ("en", "zh"):
-        assert plain.figure_numbers(lang) == {
-            "fig-engine-torch": "2.1", "fig-engine-mxnet": "2.1", "fig-loss": "2.2",
-            "fig-speed": "2.3", "fig-shared": "2.4"}
+        for framework in ("torch", "mxnet"):
+            assert plain.figure_numbers(lang, framework) == {
+                "fig-engine-torch": "2.1", "fig-engine-mxnet": "2.1", "fig-loss": "2.2",
+                "fig-speed": "2.3", "fig-shared": "2.4"}
 
 
 def test_a_chapters_section_pages_continue_its_figure_numbers(book):
@@ -182,18 +188,77 @@ def test_a_chapters_section_pages_continue_its_figure_numbers(book):
         "  - file: chapters/last\n", encoding="utf-8")
     assert plain.chapter_numbers() == {"other": 1, "demo": 2, "demo-more": 2, "last": 3}
     for lang in ("en", "zh"):
-        numbers = plain.figure_numbers(lang)
-        assert (numbers["fig-shared"], numbers["fig-more"], numbers["fig-last"]) == \
-            ("2.4", "2.5", "3.1")
+        for framework in ("torch", "mxnet"):
+            numbers = plain.figure_numbers(lang, framework)
+            assert (numbers["fig-shared"], numbers["fig-more"], numbers["fig-last"]) == \
+                ("2.4", "2.5", "3.1")
+
+
+def _cell(name: str, tag: str | None) -> str:
+    tags = f":tags: [{tag}]\n" if tag else ""
+    return (f"```{{code-cell}} ipython3\n{tags}x = 1\n```\n\n"
+            f":::{{drawn-figure}} {name}\nCaption of {name}.\n:::\n\nProse.\n\n")
+
+
+def _static(name: str) -> str:
+    return f"```{{figure}} img/{name}.svg\n:name: {name}\n\nCaption of {name}.\n```\n"
+
+
+#: A chapter and its section page with figures of PyTorch only, of MXNet only and shared, in
+#: this order: main page: T1, M1, M2 (a static figure in an MXNet block), S1, T2+M3 (a
+#: PyTorch and an MXNet cell drawing the same figure); section page: M4, T3, S2.
+GAPS = {
+    "gaps": "# Gaps\n\n" + _cell("fig-t1", "torch") + _cell("fig-m1", "mxnet")
+    + f":::{{framework}} mxnet\n{_static('fig-m2')}:::\n\n" + _cell("fig-s1", None)
+    + _cell("fig-both", "torch") + _cell("fig-both", "mxnet") + "{numref}`fig-both`\n",
+    "gaps-more": "# More gaps\n\n" + _cell("fig-m4", "mxnet") + _cell("fig-t3", "torch")
+    + _cell("fig-s2", None),
+}
+#: What the reader of each tab sees: its figures and the shared ones, numbered in turn.
+GAPS_NUMBERS = {
+    "torch": {"fig-t1": "2.1", "fig-s1": "2.2", "fig-both": "2.3", "fig-t3": "2.4",
+              "fig-s2": "2.5"},
+    "mxnet": {"fig-m1": "2.1", "fig-m2": "2.2", "fig-s1": "2.3", "fig-both": "2.4",
+              "fig-m4": "2.5", "fig-s2": "2.6"},
+}
+
+
+def test_each_framework_numbers_its_own_and_the_shared_figures_without_gaps(book):
+    """A tab's reader sees Figure 2.1, 2.2, ... over the chapter's pages: the other
+    framework's figures leave no gap; the notebooks' captions carry the same numbers."""
+    for lang in ("en", "zh"):
+        for name, text in GAPS.items():
+            (book / "chapters" / lang / f"{name}.md").write_text(text, encoding="utf-8")
+    (book / "_toc.yml").write_text(
+        "format: jb-book\nroot: index\nchapters:\n  - file: chapters/other\n"
+        "  - file: chapters/gaps\n    sections:\n      - file: chapters/gaps-more\n",
+        encoding="utf-8")
+    label = {"en": "Figure", "zh": "图"}
+    for lang in ("en", "zh"):
+        for framework, want in GAPS_NUMBERS.items():
+            assert plain.figure_numbers(lang, framework) == want
+            ctx = plain.Context(lang, plain.targets(lang), "https://example.org/book/",
+                                plain.figure_numbers(lang, framework))
+            shown = {}
+            for name in GAPS:
+                nb = notebooks.split(sources.parse(config.CHAPTERS / lang / f"{name}.md"),
+                                     framework)
+                prose = "\n\n".join(plain.plain(c.source, ctx) for c in nb.cells
+                                     if c.cell_type == "markdown")
+                shown.update(re.findall(rf"\*\*{label[lang]} (\d\.\d)\*\*.{{1,2}}Caption of "
+                                        r"(fig-[a-z0-9]+)", prose))
+                if name == "gaps":  # a reference shows this framework's number too
+                    assert f"[{label[lang]} {want['fig-both']}](" in prose
+            assert {fig: number for number, fig in shown.items()} == want
 
 
 def test_the_notebooks_captions_carry_the_number_in_their_language(book):
     for lang, label, colon in (("en", "Figure", ": "), ("zh", "图", "：")):
         chapter = _editions()[lang]
-        ctx = plain.Context(lang, plain.targets(lang), "https://example.org/book/",
-                            plain.figure_numbers(lang))
         for framework, figures in (("torch", ["2.1", "2.2", "2.3", "2.4"]),
                                    ("mxnet", ["2.1", "2.2", "2.3", "2.4"])):
+            ctx = plain.Context(lang, plain.targets(lang), "https://example.org/book/",
+                                plain.figure_numbers(lang, framework))
             nb = notebooks.split(chapter, framework)
             prose = "\n\n".join(plain.plain(sources.fill(c.source, {"{{len(losses)}}": "3"}), ctx)
                                 for c in nb.cells if c.cell_type == "markdown")
@@ -289,25 +354,65 @@ def test_a_captioned_cell_draws_one_figure_or_none(book, monkeypatch):
     assert names == ["fig-loss", "fig-speed", "fig-shared"]  # the MXNet run drew none
 
 
-def test_framework_copies_share_a_number_and_the_rest_close_up():
-    numbers = {"fig-engine-torch": (3, 1), "fig-engine-mxnet": (3, 2), "fig-loss": (3, 3),
-               "fig-loss-mxnet": (3, 4), "fig-map": (3, 5)}
-    assert book_figures.shared_numbers(numbers) == {
-        "fig-engine-torch": (3, 1), "fig-engine-mxnet": (3, 1), "fig-loss": (3, 2),
-        "fig-loss-mxnet": (3, 2), "fig-map": (3, 3)}
-    for name in ("fig-a-torch", "fig-a-mxnet", "fig-a"):  # the rule of the notebooks' numbers
+def test_the_site_numbers_each_tab_over_the_chapters_pages():
+    """Sphinx's numbers (reading order over a chapter's pages) made again per tab: a figure
+    of one framework counts in its tab only, a shared one in both; a label without
+    JavaScript shows the default tab's number, else its own framework's."""
+    figures = {("gaps", "fig-t1"): ((2, 1), "torch"), ("gaps", "fig-m1"): ((2, 2), "mxnet"),
+               ("gaps", "fig-s1"): ((2, 3), None), ("gaps", "fig-both"): ((2, 4), "torch"),
+               ("gaps", "fig-both-mxnet"): ((2, 5), "mxnet"),
+               ("gaps-more", "fig-t3"): ((2, 7), "torch"),  # (2, 6) dropped: not drawn
+               ("gaps-more", "fig-s2"): ((2, 8), None), ("last", "fig-l"): ((3, 1), "mxnet")}
+    numbers = book_figures.numbers_per_framework(figures)
+    assert numbers == {
+        ("gaps", "fig-t1"): {"torch": (2, 1)}, ("gaps", "fig-m1"): {"mxnet": (2, 1)},
+        ("gaps", "fig-s1"): {"torch": (2, 2), "mxnet": (2, 2)},
+        ("gaps", "fig-both"): {"torch": (2, 3)}, ("gaps", "fig-both-mxnet"): {"mxnet": (2, 3)},
+        ("gaps-more", "fig-t3"): {"torch": (2, 4)},
+        ("gaps-more", "fig-s2"): {"torch": (2, 5), "mxnet": (2, 4)},
+        ("last", "fig-l"): {"mxnet": (3, 1)}}
+    assert book_figures.shown_number(numbers[("gaps-more", "fig-s2")]) == (2, 5)
+    assert book_figures.shown_number(numbers[("gaps", "fig-m1")]) == (2, 1)
+    page = {figure: found for (doc, figure), found in numbers.items() if doc == "gaps"}
+    assert book_figures.reader_numbers(page, "fig-both") == {"torch": (2, 3), "mxnet": (2, 3)}
+    assert book_figures.reader_numbers(page, "fig-t1") == {"torch": (2, 1)}
+    for name in ("fig-a-torch", "fig-a-mxnet", "fig-a"):  # the rule of the notebooks' numrefs
         assert book_figures.twin_key(name) == plain.twin_key(name) == "fig-a"
 
 
-def test_a_sphinx_build_numbers_copies_once(tmp_path):
-    """A real Sphinx build with the extension: the figures' captions read Figure 1, 1, 2."""
+def _rst_figure(name: str) -> str:
+    return f".. figure:: {name}.png\n   :name: {name}\n\n   Caption {name}.\n\n"
+
+
+def _rst_block(framework: str, text: str) -> str:
+    lines = "".join(f"   {line}\n" if line else "\n" for line in text.split("\n"))
+    return f".. container:: fw fw-{framework}\n\n{lines}\n"
+
+
+def test_a_sphinx_build_numbers_each_tabs_figures_and_references(tmp_path):
+    """A real Sphinx build with the extension, a chapter and its section page as the site
+    makes them (framework blocks as ``fw fw-...`` containers): each caption shows its
+    default number and carries each tab's (book.js shows the selected one); a {numref}
+    in an MXNet block shows the MXNet copy's number, one outside switches with the tab."""
     from sphinx.application import Sphinx
 
     src = tmp_path / "src"
     src.mkdir()
-    figures = "".join(f".. figure:: {name}.png\n   :name: {name}\n\n   Caption {name}.\n\n"
-                      for name in ("fig-a", "fig-a-mxnet", "fig-b"))
-    (src / "index.rst").write_text(f"Title\n=====\n\n{figures}", encoding="utf-8")
+    pages = {
+        "index": "Book\n====\n\n.. toctree::\n   :numbered:\n\n   other\n   demo\n",
+        "other": "Other\n=====\n\n" + _rst_figure("fig-o"),
+        "demo": "Demo\n====\n\n" + _rst_block("torch", _rst_figure("fig-a-torch"))
+        + _rst_block("mxnet", _rst_figure("fig-b") + _rst_figure("fig-a-mxnet"))
+        + _rst_figure("fig-d") + "See :numref:`fig-d`.\n\n"
+        + _rst_block("mxnet", "MXNet's :numref:`fig-a-torch`.")
+        + ".. toctree::\n   :hidden:\n\n   demo-more\n",
+        "demo-more": "More\n====\n\n" + _rst_block("torch", _rst_figure("fig-e"))
+        + _rst_figure("fig-f") + _rst_block("mxnet", _rst_figure("fig-g"))
+        + "Back to :numref:`fig-d`.\n",
+    }
+    for name, text in pages.items():
+        (src / f"{name}.rst").write_text(text, encoding="utf-8")
+        (src / f"{name}.png").write_bytes(b"")
     (src / "conf.py").write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(ROOT / 'tools' / 'sphinx_ext')!r})\n"
@@ -315,9 +420,25 @@ def test_a_sphinx_build_numbers_copies_once(tmp_path):
         "numfig = True\nnumfig_format = {'figure': 'Figure %s'}\n", encoding="utf-8")
     Sphinx(str(src), str(src), str(tmp_path / "out"), str(tmp_path / "dt"), "html",
            status=None, warning=None, freshenv=True).build()
-    html = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
-    numbers = re.findall(r'<span class="caption-number">Figure (\d+) </span>', html)
-    assert numbers == ["1", "1", "2"]
+
+    def read(page: str) -> tuple[list, list]:
+        html = (tmp_path / "out" / f"{page}.html").read_text(encoding="utf-8")
+        number = r'<span class="fig-number"((?: data-\w+="[\d.]+")*)>([\d.]+)</span>'
+        captions = re.findall(rf'<span class="caption-number">Figure {number} </span>', html)
+        references = re.findall(rf'<span class="std std-numref">Figure {number}</span>', html)
+        return captions, references
+
+    captions, references = read("demo")
+    assert captions == [(' data-torch="2.1"', "2.1"),  # fig-a-torch
+                        (' data-mxnet="2.1"', "2.1"), (' data-mxnet="2.2"', "2.2"),
+                        (' data-torch="2.2" data-mxnet="2.3"', "2.2")]  # fig-d, shared
+    assert references == [(' data-torch="2.2" data-mxnet="2.3"', "2.2"),
+                          (' data-mxnet="2.2"', "2.2")]  # in MXNet: its copy, fig-a-mxnet
+    captions, references = read("demo-more")
+    assert captions == [(' data-torch="2.3"', "2.3"), (' data-torch="2.4" data-mxnet="2.4"', "2.4"),
+                        (' data-mxnet="2.5"', "2.5")]
+    assert references == [(' data-torch="2.2" data-mxnet="2.3"', "2.2")]  # another page's
+    assert read("other")[0] == [(' data-torch="1.1" data-mxnet="1.1"', "1.1")]
 
 
 @pytest.mark.parametrize("name", sources.chapter_names())

@@ -26,11 +26,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTER = ROOT / "chapters" / "en" / "gpu-basics.md"
+#: The chapter's pages (English): the main page, then its section page.
+PAGES = [ROOT / "chapters" / "en" / f"{name}.md" for name in ("gpu-basics", "gpu-basics-streams")]
 
 
 def _cell(framework: str | None, marker: str) -> str:
-    """The page's one code cell of ``framework`` (``None``: shared) that contains ``marker``,
+    """The chapter's one code cell of ``framework`` (``None``: shared) that contains ``marker``,
     with the collapsed cells right after it (its formatting, split off so that the page
     collapses it): the two run as one."""
     pytest.importorskip("yaml", reason="the book tools need the full environment")
@@ -38,7 +39,8 @@ def _cell(framework: str | None, marker: str) -> str:
     from page_cells import cell_with_presentation
     from pipeline import sources
 
-    return cell_with_presentation(sources.parse(CHAPTER).cells, marker, framework)
+    cells = [cell for page in PAGES for cell in sources.parse(page).cells]
+    return cell_with_presentation(cells, marker, framework)
 
 
 def _run_cells(framework: str, markers: tuple[str, ...], names: dict) -> dict:
@@ -486,7 +488,7 @@ def test_the_counters_cell_falls_back_to_torch_cuda_on_an_older_pytorch(new_enou
 def hogwild(tmp_path, fmnist_dir, chapter_script):
     """Run the page's hogwild.py on a slice of Fashion-MNIST in ``tmp_path``."""
     pytest.importorskip("torch")
-    script = chapter_script("gpu-basics", "hogwild.py")
+    script = chapter_script("gpu-basics-streams", "hogwild.py")
     (tmp_path / "hogwild.py").write_text(script, encoding="utf-8")
 
     def run(*args: str, lang: str = "en") -> subprocess.CompletedProcess:
@@ -547,7 +549,7 @@ def _hogwild_conclusions(seconds: dict, after: dict) -> dict:
                for c in ("1x1", "1x2", "2x1", "2x1p")]
     names = {"d2l": d2l, "text_table": text_table, "hogwild": hogwild, "smoke": False,
              "paired_verdict": paired_verdict, "false_alarm": false_alarm}
-    text = CHAPTER.read_text(encoding="utf-8")  # the table's words, from its collapsed cell
+    text = PAGES[1].read_text(encoding="utf-8")  # the table's words, from its collapsed cell
     exec(re.search(r"^model_word = \{.*?\}\n", text, re.M | re.S).group(0), names)
     return _run_cells("torch", ("def compared(a, b):",), names)
 

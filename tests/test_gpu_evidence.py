@@ -333,7 +333,7 @@ def test_the_gpu_basics_page_measures_what_the_stream_trace_holds(monkeypatch):
     the
     stream it waits on had finished, the joined product started as fast as the one that
     waited for nothing, no two streams overlapped, and cudaMalloc outlasted a product."""
-    ns, printed = _run_cells_containing("gpu-basics", "gputrace.joins(", "en", monkeypatch,
+    ns, printed = _run_cells_containing("gpu-basics-streams", "gputrace.joins(", "en", monkeypatch,
                                         framework="torch")
     join, after, unjoined = ns["join"], ns["after"], ns["unjoined"]
     assert (join.stream, join.on_stream) == (24, 20)

@@ -619,8 +619,8 @@ def test_a_source_must_fit_the_device(monkeypatch):
 # ---------------------------------------------------------------------- the page's script
 @pytest.fixture(scope="module")
 def memory_lab(chapter_module):
-    """The memory page's memory_lab.py, importable here and in the ranks."""
-    return chapter_module("memory", "memory_lab.py")
+    """The sharding page's memory_lab.py, importable here and in the ranks."""
+    return chapter_module("memory-sharding", "memory_lab.py")
 
 
 @pytest.fixture(scope="module")
@@ -655,3 +655,29 @@ def test_the_pages_sharding_strategies_train_alike_and_keep_what_they_shard(shar
     assert kept["ZeRO-1"] - kept["FSDP"] > 2  # counted: 6 (buckets, half the weights)
     assert kept["FSDP"] == pytest.approx(kept["FSDP, reshard_after_forward=False"], abs=3)
     assert 6 <= kept["FSDP"] < 6 + 12
+
+
+# ---------------------------------------------------------------- the chapter's shared MLP
+@pytest.mark.parametrize("width, depth", [(16, 1), (32, 3)])
+def test_the_mlps_counts_are_its_parameters_and_its_saved_tensors(width, depth):
+    net = memory.mlp(width, depth, inputs=20, classes=5)
+    assert sum(p.numel() for p in net.parameters()) == memory.mlp_numbers(width, depth, 20, 5)
+    assert memory.parameter_bytes(net) == 4 * memory.mlp_numbers(width, depth, 20, 5)
+    X, y = torch.randn(7, 1, 4, 5), torch.zeros(7, dtype=torch.long)
+    with memory.SavedTensors(exclude=[*net.parameters(), X, y]) as saved:
+        torch.nn.functional.cross_entropy(net(X), y)
+    # and the loss's total weight, a float32 scalar that the count leaves out
+    assert saved.nbytes == memory.mlp_activations(7, width, depth, classes=5) + 4
+    assert memory.mlp_activations(7, width, depth, classes=5, nbytes=2) == (saved.nbytes - 4) // 2
+
+
+def test_step_memory_measures_adams_state_and_the_second_forward_pass():
+    width, depth, batch = 64, 2, 16
+    X, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
+    memory.warm_up(lambda: memory.mlp(width, depth), X, y)
+    m = memory.step_memory(lambda: memory.mlp(width, depth), X, y)
+    numbers = memory.mlp_numbers(width, depth)
+    counters = 4 * 2 * (depth + 1)  # Adam's float32 step counter per tensor, on a CPU
+    assert m["state"] == 4 * numbers + 8 * numbers + counters  # parameters, Adam's moments
+    assert abs(m["activations"] - memory.mlp_activations(batch, width, depth)) <= 16  # loss
+    assert m["where"] in ("forward", "backward", "step") and m["peak"] > m["state"]

@@ -217,3 +217,19 @@ def test_fsdp2_moments_match_pytorchs_fsdp_mem_tracker(reduce_float32):
     with pytest.raises(ValueError, match="no 'Nothing' snapshot"):
         budget.fsdp_tracked(tracker, stack[0], "Nothing")
 
+
+
+def test_kvstore_servers_hold_small_arrays_whole_and_slice_big_ones():
+    """MXNet's EncodeDefaultKey: key * 9973 % S for arrays under the bound, else one slice
+    per server; every number is held exactly once."""
+    assert budget.kvstore_server_numbers([10, 20, 30], 1) == [60]
+    assert budget.kvstore_server_numbers([10, 20, 30], 2) == [10 + 30, 20]  # 9973 is odd
+    assert budget.kvstore_server_numbers([7], 3, bound=5) == [2, 3, 2]  # round(7/3), ...
+    assert budget.kvstore_server_numbers([5], 2, bound=5) == [3, 2]  # C rounds 2.5 up
+    sizes = [784 * 1024, 1024, 1024 * 1024, 1024, 1024 * 10, 10]
+    for servers in (2, 3, 4):
+        held = budget.kvstore_server_numbers(sizes, servers)
+        assert sum(held) == sum(sizes)
+    assert budget.kvstore_server_numbers(sizes, 2)[0] == 784 * 1024 + 1024 * 10 + 2**19
+    with pytest.raises(ValueError, match="at least one server"):
+        budget.kvstore_server_numbers(sizes, 0)

@@ -64,6 +64,21 @@ SCRIPT = textwrap.dedent("""
     trainer.step(5)
     out["momentum"] = [counter.current() - before,
                        mxnet_memory.array_bytes(p.data() for p in params)]
+    # the chapter's MLP: its parameters, allocated at the first forward pass, are the count
+    before = counter.current()
+    mlp = mxnet_memory.make_net((64, 32), 10)
+    mlp(np.ones((4, 50)))
+    out["mlp"] = [counter.current() - before, 4 * mxnet_memory.mlp_parameters(50, (64, 32), 10),
+                  [p.shape for p in mlp.collect_params().values()]]
+    mlp_trainer = gluon.Trainer(mlp.collect_params(), "sgd",
+                                {"learning_rate": 0.1, "momentum": 0.9})
+    first = mlp[0].weight.data().asnumpy()
+    before = counter.current()
+    mxnet_memory.train_step(mlp, mlp_trainer, gluon.loss.SoftmaxCrossEntropyLoss(),
+                            np.ones((4, 50)), np.array([0, 1, 2, 3]))
+    out["mlp step"] = [counter.current() - before,
+                       bool((mlp[0].weight.data().asnumpy() != first).any())]
+    del mlp, mlp_trainer
     # paused (for timings): no events are written, but MXNet's count goes on, so the first
     # reading after the pause is right, for arrays made, and older arrays freed, inside it
     older = np.zeros((250, 1000))
@@ -132,6 +147,17 @@ def test_gluon_gradients_and_momentum(measured):
     assert grads == grad_bytes == 4 * (37 * 53 + 37)
     momentum, param_bytes = measured["momentum"]
     assert momentum == param_bytes
+
+
+def test_the_chapters_mlp_allocates_its_counted_parameters_and_trains(measured):
+    allocated, counted, shapes = measured["mlp"]
+    assert counted == 4 * (50 * 64 + 64 + 64 * 32 + 32 + 32 * 10 + 10)
+    # the weights and their gradients (grad_req="write"), and a scalar of the initializer
+    assert 0 <= allocated - 2 * counted <= 16
+    assert shapes == [[64, 50], [64], [32, 64], [32], [10, 32], [10]]
+    kept, moved = measured["mlp step"]
+    assert moved  # the step changed the weights
+    assert kept == counted  # and left SGD's momentum, one number per parameter
 
 
 def test_paused_writes_no_events_and_keeps_counting(measured):

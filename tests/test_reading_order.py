@@ -49,9 +49,14 @@ def toc_order() -> list[str]:
 
 
 def labels_of(name: str) -> set[str]:
-    """The labels (``(sec-...)=``) that chapter ``name`` defines."""
-    text = (config.CHAPTERS / "en" / f"{name}.md").read_text(encoding="utf-8")
-    return set(re.findall(r"^\(([\w-]+)\)=$", text, re.M))
+    """The labels (``(sec-...)=``) that chapter ``name`` defines, on all its pages."""
+    return set(re.findall(r"^\(([\w-]+)\)=$", chapter_text(name), re.M))
+
+
+def chapter_text(name: str) -> str:
+    """The English sources of chapter ``name``'s pages, its section pages' too."""
+    return "\n".join((config.CHAPTERS / "en" / f"{page}.md").read_text(encoding="utf-8")
+                     for page in toc.read()[name])
 
 
 def landing_items(lang: str) -> dict[str, str]:
@@ -82,7 +87,7 @@ def test_toc_lists_every_page_once():
 def test_no_chapter_relies_on_a_later_one(name):
     """Every chapter that ``name`` builds on comes before it, and ``name`` links it."""
     order = toc_order()
-    text = (config.CHAPTERS / "en" / f"{name}.md").read_text(encoding="utf-8")
+    text = chapter_text(name)
     for earlier, what in RELIES_ON[name].items():
         assert order.index(earlier) < order.index(name), \
             f"{name} relies on {earlier} ({what}), which _toc.yml puts after it"
@@ -109,11 +114,11 @@ def test_the_landing_page_gives_the_run_times_the_notebooks_recorded(lang):
         said = book_runtimes.run_times(ROOT, lang, name)
         for framework in FRAMEWORKS:
             assert FRAMEWORK_NAMES[framework] in said
-            record = recorded_seconds(name, framework)
-            if record is None:  # a GPU or smoke run: no CPU time to compare with
+            records = [recorded_seconds(page, framework) for page in toc.read()[name]]
+            if None in records:  # a GPU or smoke run: no CPU time to compare with
                 continue
-            seconds, run = record
-            assert _duration(seconds, lang) in said and run["cpu"] in said, said
+            seconds = sum(seconds for seconds, _ in records)  # the chapter's pages together
+            assert _duration(seconds, lang) in said and records[0][1]["cpu"] in said, said
             checked += 1
     assert checked, "no notebook recorded a full-size CPU run to check the times against"
 

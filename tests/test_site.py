@@ -140,9 +140,11 @@ def _images_load(page, name, lang):
     page.wait_for_load_state("load")
     sizes = page.eval_on_selector_all(
         "article img", "els => els.map(e => [e.getAttribute('src'), e.naturalWidth])")
-    assert sizes, "no images on the page"
+    drawing = [fw for fw in ("torch", "mxnet")  # the frameworks whose notebooks have figures
+               if _notebook_figure_numbers(lang, name, fw)]
+    assert bool(sizes) == bool(drawing), "the page's images and its notebooks' figures differ"
     assert all(width > 0 for _, width in sizes), sizes
-    for fw in ("torch", "mxnet"):  # every framework's outputs include a figure
+    for fw in drawing:  # each of them shows its figures under its tab
         page.locator(f".book-bar .fw-tab[data-fw={fw}]").click()
         visible = page.eval_on_selector_all(
             "article img", "els => els.filter(e => e.getClientRects().length).length")
@@ -531,8 +533,8 @@ def _with_next(cell) -> str:
     return cell.inner_text() + "\n" + following.inner_text()
 
 
-@page_check("gpu-basics")
-def test_gpu_basics_page_shows_each_framework_its_data_parallel(page, lang):
+@page_check("gpu-basics-streams")
+def test_gpu_basics_streams_page_shows_each_framework_its_data_parallel(page, lang):
     """PyTorch's four primitives and the Hogwild script under the PyTorch tab; Gluon's
     split_and_load version under the MXNet tab; the page's check tables from the run, in the
     page's language."""
@@ -573,12 +575,12 @@ def test_communication_page_shows_each_framework_its_own_messages(page, lang):
 
 @page_check("memory")
 def test_memory_page_shows_each_framework_its_own_counter(page, lang):
-    """The PyTorch tab counts with d2l_ext.memory's Tracker and runs the sharding script; the
+    """The PyTorch tab counts with d2l_ext.memory's Tracker and checkpoints the deep MLP; the
     MXNet tab counts with the profiler's storage counter; the counting table from the run is
-    in the page's language; the recorded timeline's figure loads under PyTorch."""
+    in the page's language."""
     page.locator(".book-bar .fw-tab[data-fw=torch]").click()
     counting = page.locator(".tag_torch", has_text="with memory.Tracker(device) as tracker:")
-    sharding = page.locator(".tag_torch", has_text="%%writefile memory_lab.py")
+    sharding = page.locator(".tag_torch", has_text="def deep_step(segments):")
     mx_counter = page.locator(".tag_mxnet", has_text="counter = mxnet_memory.StorageCounter()")
     assert counting.is_visible() and sharding.is_visible() and not mx_counter.is_visible()
     assert {"en": "measured - predicted, bytes", "zh": "实测 \u2212 预测（字节）"}[lang] in \
@@ -879,7 +881,7 @@ def test_no_empty_index_page(site_url, lang):
     prose = [p.get_text(strip=True) for p in landing.find_all("p")]
     assert len(prose) >= 2 and sum(len(p) for p in prose) > 200
     linked = {Path(a["href"]).stem for a in landing.select("a[href^='chapters/']")}
-    assert linked >= set(CHAPTERS)
+    assert linked >= set(toc.chapters())  # a chapter's section pages: from the chapter
     choice = (SITE / "index.html").read_text(encoding="utf-8")
     assert 'href="en/index.html"' in choice and 'href="zh/index.html"' in choice
 
@@ -941,16 +943,30 @@ HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 FIGURE_LABEL = {"en": "Figure", "zh": "图"}
 
 
-def _notebook_figure_numbers(lang: str, name: str) -> set[str]:
-    """The numbers that the captions of the chapter's notebooks (both frameworks) carry."""
-    found = set()
-    for fw in ("torch", "mxnet"):
-        notebook = json.loads((ROOT / "notebooks" / lang / fw / f"{name}.ipynb").read_text(
-            encoding="utf-8"))
-        for cell in notebook["cells"]:
-            if cell["cell_type"] == "markdown":
-                text = "".join(cell["source"])
-                found |= set(re.findall(rf"\*\*{FIGURE_LABEL[lang]} (\d+\.\d+)\*\*", text))
+FRAMEWORKS = ("torch", "mxnet")
+
+
+def _notebook_figure_numbers(lang: str, name: str, framework: str) -> list[str]:
+    """The numbers that the captions of the chapter's notebook of ``framework`` carry."""
+    notebook = json.loads((ROOT / "notebooks" / lang / framework / f"{name}.ipynb").read_text(
+        encoding="utf-8"))
+    return [number for cell in notebook["cells"] if cell["cell_type"] == "markdown"
+            for number in re.findall(rf"\*\*{FIGURE_LABEL[lang]} (\d+\.\d+)\*\*",
+                                     "".join(cell["source"]))]
+
+
+def _tab_numbers(figure) -> dict[str, str]:
+    """A figure's number under each tab that shows it (book_figures.py's data attributes)."""
+    number = figure.select_one(".caption-number .fig-number")
+    return {fw: number[f"data-{fw}"] for fw in FRAMEWORKS if number.has_attr(f"data-{fw}")}
+
+
+def _page_figure_numbers(lang: str, name: str) -> dict[str, list[str]]:
+    """The numbers of the page's figures under each tab, in the page's order."""
+    found: dict[str, list[str]] = {fw: [] for fw in FRAMEWORKS}
+    for figure in _html(lang, f"chapters/{name}.html").select("article figure"):
+        for fw, number in _tab_numbers(figure).items():
+            found[fw].append(number)
     return found
 
 
@@ -959,21 +975,22 @@ def _notebook_figure_numbers(lang: str, name: str) -> set[str]:
 def test_every_figure_is_numbered_captioned_and_described_in_the_page_language(site_url, lang,
                                                                                name):
     """Every image of a chapter, static or drawn by a code cell, is a figure numbered in the
-    chapter (Figure 3.2 / 图 3.2, the chapter's number from _toc.yml's reading order; a
-    figure's framework copies share a number, the numbers run without gaps), with a caption
-    and alt text in the page's language (not an image's hash), and the notebooks' captions
-    carry the same numbers."""
+    chapter (Figure 3.2 / 图 3.2, the chapter's number from _toc.yml's reading order), with
+    each tab's number (its own framework's, or both for a shared figure; the label shows
+    PyTorch's, else its own), a caption and alt text in the page's language (not an
+    image's hash), and the notebooks' captions carry the same numbers per framework."""
     article = _html(lang, f"chapters/{name}.html").select_one("article")
     images = article.find_all("img")
-    assert images, "no figure on the page"
-    chapter = CHAPTERS.index(name) + 1
-    numbers = []
+    drawn = [_notebook_figure_numbers(lang, name, fw) for fw in FRAMEWORKS]
+    assert bool(images) == any(drawn), "the page's figures and its notebooks' differ"
+    chapter = toc.chapter_numbers()[name]
     for img in images:
         figure = img.find_parent("figure")
         assert figure is not None and figure.get("id"), f"an image outside a figure: {img}"
         number = figure.select_one(".caption-number").get_text().strip()
         assert re.fullmatch(rf"{FIGURE_LABEL[lang]} {chapter}\.\d+", number), number
-        numbers.append(number.split()[-1])
+        tabs = _tab_numbers(figure)
+        assert tabs and number.split()[-1] == tabs.get("torch", tabs.get("mxnet")), tabs
         caption = figure.select_one(".caption-text").get_text().strip()
         alt = img.get("alt", "")
         for text in (caption, alt):
@@ -983,9 +1000,49 @@ def test_every_figure_is_numbered_captioned_and_described_in_the_page_language(s
         # the alt text says what the figure shows, not the caption again nor how it was drawn
         assert " ".join(alt.split()) != " ".join(caption.split()), f"{figure['id']}: {alt!r}"
         assert not re.search(r"Drawn by|由.*画出|d2l_ext\.", alt), f"{figure['id']}: {alt!r}"
-    counts = sorted({int(n.split(".")[1]) for n in numbers})
-    assert counts == list(range(1, len(counts) + 1)), numbers
-    assert _notebook_figure_numbers(lang, name) == set(numbers)
+    for fw, numbers in _page_figure_numbers(lang, name).items():
+        assert _notebook_figure_numbers(lang, name, fw) == numbers, fw
+
+
+@pytest.mark.parametrize("lang", LANGS)
+@pytest.mark.parametrize("chapter", toc.chapters())
+def test_each_tab_numbers_a_chapters_figures_without_gaps(site_url, lang, chapter):
+    """The reader of one tab sees the chapter's figures numbered 1, 2, 3, ... over its pages
+    in reading order: the other framework's figures leave no gap (issue #31)."""
+    pages = toc.read()[chapter]
+    number = toc.chapter_numbers()[chapter]
+    for fw in FRAMEWORKS:
+        numbers = [n for page in pages for n in _page_figure_numbers(lang, page)[fw]]
+        assert numbers == [f"{number}.{i}" for i in range(1, len(numbers) + 1)], (fw, numbers)
+
+
+def _figure_numbered_per_tab() -> tuple[str, str, dict[str, str]]:
+    """A page, a figure on it shown under both tabs with a number of its own in each."""
+    for name in CHAPTERS:
+        for figure in _html("en", f"chapters/{name}.html").select("article figure[id]"):
+            tabs = _tab_numbers(figure)
+            if len(set(tabs.values())) == len(FRAMEWORKS):
+                return name, figure["id"], tabs
+    pytest.fail("no shared figure has a number of its own in each tab")
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_figures_label_shows_the_selected_tabs_number(page, site_url, lang):
+    """A shared figure's label shows the number of the selected tab and changes with the
+    tab; the labels of the figures that a tab shows run without gaps."""
+    name, figure_id, tabs = _figure_numbered_per_tab()
+    page.goto(f"{site_url}/{lang}/chapters/{name}.html")
+    label = page.locator(f"figure#{figure_id} .caption-number")
+    for fw in ("mxnet", "torch", "mxnet"):
+        page.locator(f".book-bar .fw-tab[data-fw={fw}]").click()
+        assert label.inner_text().strip() == f"{FIGURE_LABEL[lang]} {tabs[fw]}"
+        shown = [int(text.split(".")[-1]) for text in page.eval_on_selector_all(
+            "article figure .caption-number",
+            "els => els.filter(e => e.offsetParent !== null).map(e => e.textContent.trim())")]
+        assert shown == list(range(shown[0], shown[0] + len(shown))), (fw, shown)
+    page.reload()  # the tab is remembered, and so is the number
+    assert label.inner_text().strip() == f"{FIGURE_LABEL[lang]} {tabs['mxnet']}"
+    assert page.errors == []
 
 
 CLOSE = {"en": "Close", "zh": "关闭"}

@@ -54,3 +54,56 @@ def test_the_books_toc_lists_every_chapter_source_once():
 
     assert sorted(toc.pages()) == chapter_names()
     assert toc.chapters()[0] == "async-computation"
+
+
+def test_a_chapter_named_to_execute_or_validate_is_all_of_its_pages(monkeypatch):
+    from pipeline import execute, validate
+
+    monkeypatch.setattr(toc, "read", lambda text=None, real=toc.read: real(WITH_SECTIONS))
+    pages = ["alpha", "beta", "beta-second", "beta-third", "gamma"]
+    monkeypatch.setattr(execute, "chapter_names", lambda: sorted(pages))
+    assert execute._chapters(["beta"]) == ["beta", "beta-second", "beta-third"]
+    assert execute._chapters(["beta-third", "beta"]) == ["beta-third", "beta", "beta-second"]
+    assert execute._chapters(["gamma", "beta-second"]) == ["gamma", "beta-second"]
+    assert execute._chapters([]) == pages  # every page, each once
+    with pytest.raises(BookError, match="no chapter named delta"):
+        execute._chapters(["delta"])
+    assert validate._with_section_pages(["beta", "alpha", "beta-second"]) == \
+        ["beta", "beta-second", "beta-third", "alpha"]
+
+
+def test_a_chapters_run_time_adds_up_its_pages_on_one_machine(tmp_path):
+    """The landing page's {run-times} of a chapter with section pages: the pages' times
+    added up, on the one machine they all ran on; a page without a full-size run, or pages
+    that ran on different machines, leave the chapter's time 'not recorded'."""
+    import nbformat
+
+    sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
+    import book_runtimes
+
+    (tmp_path / "_toc.yml").write_text(WITH_SECTIONS, encoding="utf-8")
+
+    def notebook(page, seconds, cpu="Test CPU", size="full"):
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_code_cell("x = 1")
+        cell.metadata["execution"] = {
+            "iopub.status.busy": "2026-01-01T10:00:00+00:00",
+            "iopub.status.idle": f"2026-01-01T10:{seconds // 60:02d}:{seconds % 60:02d}+00:00"}
+        nb.cells.append(cell)
+        nb.metadata["d2l_ext"] = {"run": dict(gpus=0, cpu=cpu, size=size, date="2026-01-01")}
+        for framework in ("torch", "mxnet"):
+            path = tmp_path / "notebooks" / "en" / framework / f"{page}.ipynb"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, path)
+
+    notebook("beta", 600)
+    notebook("beta-second", 420)
+    notebook("beta-third", 300)
+    assert book_runtimes.framework_time(tmp_path, "en", "beta", "torch") == \
+        ("about 22 minutes", "CPU only (Test CPU)")
+    notebook("beta-third", 300, cpu="Other CPU")
+    assert book_runtimes.framework_time(tmp_path, "en", "beta", "torch") == ("not recorded", None)
+    notebook("beta-third", 300, size="smoke")
+    assert book_runtimes.framework_time(tmp_path, "en", "beta", "torch") == ("not recorded", None)
+    notebook("alpha", 59)
+    assert book_runtimes.framework_time(tmp_path, "en", "alpha", "torch")[0] == "under a minute"

@@ -229,10 +229,11 @@ def test_the_table_of_contents_numbers_the_chapters():
     assert toc.get("options", {}).get("numbered") is True
 
 
-#: How the Chinese edition links a chapter or section by its title: “{ref}`label`”一章 / 一节,
-#: the title in quotes, no space around it (a space between two Chinese characters shows).
+#: How the Chinese edition links a chapter, section or page by its title:
+#: “{ref}`label`”一章 / 一节 / 一页, the title in quotes, no space around it (a space
+#: between two Chinese characters shows).
 #: A link with words of its own, {ref}`文字 <label>`, is left as written.
-ZH_REF = re.compile(r"“\{ref\}`[^`]+`”一[章节]")
+ZH_REF = re.compile(r"“\{ref\}`[^`]+`”一[章节页]")
 
 
 @pytest.mark.parametrize("name", CHAPTERS + ["index"])

@@ -99,6 +99,16 @@
       tab.classList.toggle("active", on);
       tab.setAttribute("aria-selected", on ? "true" : "false");
     });
+    figureNumbers(fw);
+  }
+
+  // Each tab numbers its own figures and the shared ones (book_figures.py): a figure's
+  // label and a reference to it carry each tab's number, and show the selected tab's.
+  function figureNumbers(fw) {
+    document.querySelectorAll(".fig-number").forEach((el) => {
+      const number = el.dataset[fw];
+      if (number) el.textContent = number;
+    });
   }
 
   function link(href, text, cls) {

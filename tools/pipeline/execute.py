@@ -394,7 +394,7 @@ def _filled(book: nbformat.NotebookNode, executed: list[nbformat.NotebookNode], 
         if "execution" in theirs.metadata:  # nbclient's timestamps of the cell's run
             mine.metadata["execution"] = copy.deepcopy(theirs.metadata["execution"])
     _title_apart(book)
-    prose = plain.context(lang)
+    prose = plain.context(lang, book.metadata["d2l_ext"]["framework"])
     for cell in book.cells:
         if cell.cell_type == "markdown":
             cell.source = plain.plain(fill(cell.source, values), prose)
@@ -539,13 +539,18 @@ def recover() -> list[Path]:
 
 
 def _chapters(names: list[str] | None) -> list[str]:
-    """``names``, checked against the book's chapters; all of them if ``names`` is empty."""
+    """``names``, checked against the book's pages, a chapter followed by its section
+    pages (``memory`` is all of that chapter); every page if ``names`` is empty."""
+    from pipeline import toc
+
     known = chapter_names()
     unknown = sorted(set(names or []) - set(known))
     if unknown:
         raise BookError(f"no chapter named {', '.join(unknown)}; the chapters are: "
                         + ", ".join(known))
-    return list(names or known)
+    chapters = toc.read()
+    return list(dict.fromkeys(page for name in names or known
+                              for page in chapters.get(name, [name])))
 
 
 class Interrupted(BookError):

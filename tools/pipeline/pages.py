@@ -45,9 +45,10 @@ def _as_figure(cell: nbformat.NotebookNode, figure: DrawnFigure, used: set[str],
     from ``framework``'s run. A run that drew nothing there (a figure drawn on a CPU only,
     say) shows no figure and no caption; the figures after it then number one lower on the
     page than in the notebooks, which count the caption. Its id is the figure's name; a
-    second copy of it on the page (the other framework's) takes ``NAME-FRAMEWORK``, which
-    book_figures.py gives the same number. Returns the page's cells for ``cell``: itself, or,
-    where it also shows a table or the like, the parts :func:`_apart` makes."""
+    second copy of it on the page (the other framework's) takes ``NAME-FRAMEWORK``;
+    book_figures.py numbers each framework's copy in its own tab's sequence. Returns the
+    page's cells for ``cell``: itself, or, where it also shows a table or the like, the
+    parts :func:`_apart` makes."""
     shown = [o for o in cell.outputs if o.output_type in ("display_data", "execute_result")]
     if not any(m.startswith("image/") for o in shown for m in o.get("data", {})):
         return [cell]  # this run drew nothing (a figure drawn on some devices only)

@@ -19,7 +19,8 @@ from pathlib import PurePosixPath
 import yaml
 
 from pipeline import config
-from pipeline.sources import chapters
+from pipeline.config import FRAMEWORKS
+from pipeline.sources import chapters, prose_for, without_caption
 
 #: A directive fence: ```{name} argument, :::{name} argument (any length, any indent).
 DIRECTIVE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,}|:{3,})\{(?P<name>[\w:.-]+)\}"
@@ -57,7 +58,8 @@ FIGURE = {"en": "Figure", "zh": "图"}
 #: A figure's number as the site's captions show it (``numfig_format``, tools/pipeline/site.py).
 FIGURE_NUMBER = {"en": "Figure {}", "zh": "图 {}"}
 #: The suffixes that make the framework copies of one figure (``fig-x-torch``, ``fig-x-mxnet``,
-#: or a drawn figure shown under both tabs): they share one number (book_figures.py).
+#: or a drawn figure shown under both tabs, book_figures.py): each is numbered in its own
+#: framework's count; a ``{numref}`` to one copy shows the reader's own copy's number.
 TWIN_SUFFIXES = ("-torch", "-mxnet")
 
 
@@ -92,13 +94,15 @@ class Context:
         return f"{self.site}_images/{PurePosixPath(path).name}"
 
 
-def context(lang: str) -> Context:
-    """The rewriting context of the edition in ``lang``, from the current chapter sources."""
-    return Context(lang, targets(lang), config.site_url(lang), figure_numbers(lang))
+def context(lang: str, framework: str) -> Context:
+    """The rewriting context of ``framework``'s notebooks in ``lang``, from the current
+    chapter sources (figures numbered as that framework's reader sees them)."""
+    return Context(lang, targets(lang), config.site_url(lang), figure_numbers(lang, framework))
 
 
 def twin_key(name: str) -> str:
-    """The figure that ``name`` is a framework copy of: one number for all its copies."""
+    """The figure that ``name`` is a framework copy of (``fig-x-torch``, ``fig-x-mxnet``:
+    ``fig-x``): a ``{numref}`` to one copy shows the number of the reader's own copy."""
     for suffix in TWIN_SUFFIXES:
         if name.endswith(suffix):
             return name[:-len(suffix)]
@@ -113,11 +117,10 @@ def chapter_numbers() -> dict[str, int]:
     return toc.chapter_numbers()
 
 
-def numbered_figures(chapter) -> list[str]:
-    """The names of a chapter's numbered figures in the page's order: ``{figure}``
-    directives with a ``:name:`` and ``{drawn-figure}`` captions (Sphinx numbers figures
-    that have an id, and only those)."""
-    text = "\n\n".join(c.source for c in chapter.cells if c.kind == "markdown")
+def _figure_names(text: str) -> list[str]:
+    """The names of the numbered figures in ``text``, in order: ``{figure}`` directives with
+    a ``:name:`` and ``{drawn-figure}`` captions (Sphinx numbers figures that have an id, and
+    only those)."""
     names = []
     for name, arg, options, _ in _directives(text):
         if name == "figure" and options.get("name"):
@@ -127,20 +130,47 @@ def numbered_figures(chapter) -> list[str]:
     return names
 
 
-def figure_numbers(lang: str) -> dict[str, str]:
+def numbered_figures(chapter, framework: str) -> list[str]:
+    """The names of the numbered figures that ``framework``'s reader of ``chapter`` sees, in
+    the page's order, as its notebook holds them (``notebooks.split``): the figures of the
+    prose shared by both frameworks and of ``framework``'s blocks, and the captions of the
+    figures that ``framework``'s cells and the shared cells draw."""
+    names = []
+    for index, cell in enumerate(chapter.cells):
+        if cell.kind != "markdown":
+            continue
+        text = prose_for(cell.source, framework)
+        if index and chapter.cells[index - 1].framework not in (None, framework):
+            text = without_caption(text)  # the other framework's figure
+        names += _figure_names(text)
+    return names
+
+
+def figure_numbers(lang: str, framework: str) -> dict[str, str]:
     """Figure name -> its number (``"3.2"``: chapter 3's second figure) for every chapter in
-    ``lang``, as the site numbers them: per chapter, over its pages in reading order, the
-    framework copies of a figure (:func:`twin_key`) once."""
+    ``lang``, as ``framework``'s reader sees them on the site: per chapter, over its pages in
+    reading order, counting the figures of that framework and the shared ones, without gaps
+    for the other framework's figures (book_figures.py numbers the site's tabs alike). The
+    other framework's copy of a figure (:func:`twin_key`) has the number of this one's, for
+    a ``{numref}`` to it."""
     from pipeline import toc
 
-    numbers = {}
+    numbers: dict[str, str] = {}
     pages = {chapter.name: chapter for chapter in chapters(lang)}
     for number, its_pages in enumerate(toc.read().values(), 1):
-        keys: dict[str, int] = {}  # one count over the chapter's pages, in reading order
-        for page in its_pages:
-            for name in numbered_figures(pages[page]) if page in pages else []:
-                count = keys.setdefault(twin_key(name), len(keys) + 1)
-                numbers[name] = f"{number}.{count}"
+        count = 0  # one count over the chapter's pages, in reading order
+        copies: dict[str, str] = {}  # twin_key -> the number of this framework's copy
+        for page in (pages[p] for p in its_pages if p in pages):
+            for name in numbered_figures(page, framework):
+                if name not in numbers:
+                    count += 1
+                    numbers[name] = f"{number}.{count}"
+                    copies.setdefault(twin_key(name), numbers[name])
+        for page in (pages[p] for p in its_pages if p in pages):
+            for other in FRAMEWORKS:
+                for name in numbered_figures(page, other):
+                    if name not in numbers and twin_key(name) in copies:
+                        numbers[name] = copies[twin_key(name)]
     return numbers
 
 

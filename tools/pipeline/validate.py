@@ -60,9 +60,13 @@ CHAPTER_SECONDS = {
     "tuning-tips": 600,  # the ladder: rounds of whole epochs, compilations, time to 0.90
     # (an estimate: this version of the ladder has not run on a GPU yet)
     "host-device-sync": 300,
-    "gpu-basics": 480,
-    "communication": 420,
-    "memory": 360,
+    "gpu-basics": 360,
+    "gpu-basics-streams": 240,  # the Hogwild rounds run on the CPU
+    "communication": 360,
+    "communication-scale": 120,
+    "memory": 180,  # the whole chapter ran in 68 s on an H200 (2026-11-29), before its split
+    "memory-sharding": 240,
+    "memory-oom": 180,
 }
 #: A chapter missing from :data:`CHAPTER_SECONDS`.
 UNKNOWN_CHAPTER_SECONDS = 600
@@ -130,6 +134,16 @@ def toc_order() -> list[str]:
     from pipeline import toc
 
     return toc.pages()
+
+
+def _with_section_pages(names: list[str]) -> list[str]:
+    """``names`` with each chapter's section pages right after it (a chapter asked for is
+    all of its pages), each page once."""
+    from pipeline import toc
+
+    chapters = toc.read()
+    pages = [page for name in names for page in chapters.get(name, [name])]
+    return list(dict.fromkeys(pages))
 
 
 def gpu_history(name: str) -> dict:
@@ -286,6 +300,7 @@ def validate(chapters: list[str] | None = None, *, smoke: bool = False,
         raise BookError(f"no chapter named {', '.join(unknown)}; the chapters are: "
                         + ", ".join(known))
     _data_found()
+    chapters = _with_section_pages(chapters or [])
     histories = {name: gpu_history(name) for name in chapters or known}
     names = list(chapters) if chapters else order(known, histories)
     dry = smoke or not machine["gpus"]

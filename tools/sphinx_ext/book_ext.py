@@ -2,8 +2,8 @@
 
 Its parts: ``book_sections`` (section ids shared by both editions), ``book_meta`` (meta
 description, OpenGraph, hreflang, the footer's "report a problem" link) and ``book_ui`` (the
-themes' interface strings in the edition's language); ``book_figures`` gives a figure's
-framework copies one number.
+themes' interface strings in the edition's language); ``book_figures`` numbers each
+framework tab's figures per chapter, without gaps.
 
 It tells each page, in ``<meta name="book-...">`` tags, where the same page is in
 the other language and where its notebooks are; ``book.js`` builds the interface.
