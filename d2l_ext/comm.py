@@ -655,7 +655,7 @@ def ring_small_note(size: str, measured: Mapping[int, float], model: Mapping[int
                     "what each step does beyond one message "
                     "(a send and a receive issued together and waited for, an addition, the "
                     "Python between them).")
-        text_zh += (f"{lead_zh}（每个核心至多 {most:.2g} 个进程），环仍然偏离模型："
+        text_zh += (f"{lead_zh}（每个核心至多 {most:.2g} 个进程），环的实测时间仍是模型的 "
                     + "、".join(f"{ratio[k]:.1f} 倍（{k} 个进程）" for k in fewer)
                     + "。那里每个进程都可以独占一个核心，被调度出去的对端不大像是原因；"
                     "另一个可能的原因（同样没有测量）是每一步"

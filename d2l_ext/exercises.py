@@ -479,14 +479,14 @@ def _gpu_3(intensity_batch: Any, run: dict) -> Text:
                      "字节数主要来自权重矩阵，每个元素 4 字节；用浮点运算次数除以字节数。")
 
 
-letter_choice("gpu-basics", 4, "makes_it_right", "ab", framework="torch",
+letter_choice("gpu-basics-streams", 1, "makes_it_right", "ab", framework="torch",
               why=("the side stream must start after the fill, and both (a) and (b) ensure "
                    "that; record_stream only protects memory reuse.",
                    "侧流必须在填充之后才开始，（a）和（b）都能保证这一点；record_stream "
                    "只防止显存被提前复用。"),
               hint=("ask of each whether the sum can start before the fill has finished.",
                     "逐项想一想，求和是否可能在填充完成之前开始。"))
-letter_choice("gpu-basics", 4, "makes_it_wrong", "d", framework="mxnet",
+letter_choice("gpu-basics-streams", 1, "makes_it_wrong", "d", framework="mxnet",
               why=("the engine orders every read after the writes to the same array, on any "
                    "device and however long the queue.",
                    "无论在哪个设备上、队列有多长，引擎都会把每次读排在对同一数组的写之后。"),
@@ -501,7 +501,7 @@ def _is_false(answer: Any) -> bool:
     return str(answer).strip().lower() in {"false", "0"}
 
 
-@exercise("gpu-basics", 5, "bn_outputs_match", framework="torch")
+@exercise("gpu-basics-streams", 2, "bn_outputs_match", framework="torch")
 def _gpu_5_torch(bn_outputs_match: Any, run: dict) -> Text:
     if _is_false(bn_outputs_match):
         return correct("in training mode each replica normalises its slice with that slice's "
@@ -519,7 +519,7 @@ def _gpu_5_torch(bn_outputs_match: Any, run: dict) -> Text:
                      "训练模式下，每个副本中的批量规范化层用哪些样本来计算均值和方差？")
 
 
-@exercise("gpu-basics", 5, "bn_outputs_match", framework="mxnet")
+@exercise("gpu-basics-streams", 2, "bn_outputs_match", framework="mxnet")
 def _gpu_5_mxnet(bn_outputs_match: Any, run: dict) -> Text:
     if _is_false(bn_outputs_match):
         return correct("in training mode each device normalises its slice with that slice's "
@@ -649,14 +649,15 @@ def _comm_3_mxnet(function: Callable, run: dict) -> Text:
 
 def _exposed_seconds(k: int, tokens: int = 16 * 16_384, busbw: float = 50e9,
                      gpu_flops: float = 400e12) -> float:
-    """Exercise 7's scaling model: the all-reduce's time left after the overlappable two
-    thirds of the backward pass (a 0.5e9-parameter model, 1 GB of gradients)."""
+    """The scaling model of communication-scale's exercise 1: the all-reduce's time left
+    after the overlappable two thirds of the backward pass (a 0.5e9-parameter model, 1 GB of
+    gradients)."""
     compute = 6 * 0.5e9 * tokens / k / gpu_flops
     return max(0.0, 2 * (k - 1) / k * 1e9 / busbw - 4 / 6 * compute)
 
 
-@exercise("communication", 7, "largest_k", "exposed_ms_64")
-def _comm_7(answer: Any, run: dict) -> Text:
+@exercise("communication-scale", 1, "largest_k", "exposed_ms_64")
+def _comm_scale_1(answer: Any, run: dict) -> Text:
     largest_k, exposed_ms_64 = answer
     right_k = max(k for k in (16, 32, 64, 128) if _exposed_seconds(k) == 0)
     right_ms = _exposed_seconds(64) * 1e3
@@ -678,9 +679,10 @@ def _comm_7(answer: Any, run: dict) -> Text:
                      "重叠；经网络的环形全归约耗时 2(k - 1)/k × 1 GB ÷ 50 GB/s。")
 
 
-# ================================================================ memory
-@exercise("memory", 1, "state_gb", "per_process_gb")
-def _memory_1(answer: Any, run: dict) -> Text:
+# ================================================================ memory (its section pages:
+# memory-sharding, memory-oom)
+@exercise("memory-sharding", 1, "state_gb", "per_process_gb")
+def _memory_sharding_1(answer: Any, run: dict) -> Text:
     state_gb, per_process_gb = answer
     if near(state_gb, 24, 0.05 - 1e-12) and near(per_process_gb, 3, 0.05 - 1e-12):
         return correct("16 x 1.5e9 bytes = 24 GB; ZeRO-3 keeps 1/8 of it, 3 GB, per process "
@@ -695,7 +697,7 @@ def _memory_1(answer: Any, run: dict) -> Text:
                      "参数个数乘以 16 字节；ZeRO-3 把全部状态除以进程数。")
 
 
-number_answer("memory", 2, "best_segments", exactly=8,
+number_answer("memory", 1, "best_segments", exactly=8,
               why=("s - 1 + 64 / s is 15 at s = 8 (the square root of 64), against 64 "
                    "layers without checkpointing.",
                    "s = 8（64 的平方根）时 s - 1 + 64/s = 15，不做检查点时是 64 层。"),
@@ -703,8 +705,8 @@ number_answer("memory", 2, "best_segments", exactly=8,
                     "求 s - 1 + n/s 的最小值；两项在 n 的平方根附近相互平衡。"))
 
 
-@exercise("memory", 7, "zero2_gb")
-def _memory_7(zero2_gb: Any, run: dict) -> Text:
+@exercise("memory-sharding", 2, "zero2_gb")
+def _memory_sharding_2(zero2_gb: Any, run: dict) -> Text:
     if near(zero2_gb, 2 * 13 + (2 + 12) * 13 / 16, 0.05 - 1e-12):
         return correct("stage 2 keeps the 16-bit weights whole and shards the gradients and "
                        "the optimizer state over the 16 processes.",
@@ -718,8 +720,8 @@ def _memory_7(zero2_gb: Any, run: dict) -> Text:
                      "每个参数的 2 字节权重全额计入，其余 2 + 12 字节除以进程数。")
 
 
-@exercise("memory", 8, "factored_bytes")
-def _memory_8(factored_bytes: Any, run: dict) -> Text:
+@exercise("memory", 2, "factored_bytes")
+def _memory_2(factored_bytes: Any, run: dict) -> Text:
     rows, columns = 4096, 11008
     if equal(factored_bytes, (rows + columns) * 4):
         return correct("one float32 number per row and per column, against two per entry for "
@@ -734,8 +736,8 @@ def _memory_8(factored_bytes: Any, run: dict) -> Text:
                      "m × n 的矩阵有 m 个行均值和 n 个列均值。")
 
 
-@exercise("memory", 9, "sequences_per_gpu")
-def _memory_9(sequences_per_gpu: Any, run: dict) -> Text:
+@exercise("memory-oom", 1, "sequences_per_gpu")
+def _memory_oom_1(sequences_per_gpu: Any, run: dict) -> Text:
     fits = (72 - 16 * 13 / 8) / 6
     if equal(sequences_per_gpu, math.floor(fits)):
         return correct("the state is 16 x 13e9 / 8 bytes per GPU, and the rest holds 7 whole "

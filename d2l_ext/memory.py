@@ -31,6 +31,11 @@ Two sources, one meaning:
 
 :meth:`Tracker.timeline` gives, on a CPU, every change between the marks (for a figure).
 
+The memory chapter's network, shared by its pages: :func:`mlp` builds it, :func:`mlp_numbers`
+and :func:`mlp_activations` count its parameters and the bytes its forward pass keeps,
+:func:`warm_up` allocates what libraries allocate once per process, and :func:`step_memory`
+measures two Adam steps of it.
+
 Counting, to set beside the measurements: :func:`tensor_bytes` (each storage once),
 :func:`parameter_bytes`, :func:`gradient_bytes`, :func:`optimizer_state_bytes`, and
 :class:`SavedTensors`, which records what autograd keeps for the backward pass.
@@ -72,15 +77,18 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
+from torch import nn
+from torch.nn import functional as F
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 __all__ = ["CATEGORIES", "Reading", "SavedTensors", "Tracker", "gradient_bytes",
-           "load_timeline", "malloc_in_use", "optimizer_state_bytes", "parameter_bytes",
-           "tensor_bytes"]
+           "load_timeline", "malloc_in_use", "mlp", "mlp_activations", "mlp_numbers",
+           "optimizer_state_bytes", "parameter_bytes", "step_memory", "tensor_bytes",
+           "warm_up"]
 
 _MARK = "d2l_ext.memory.mark:"  # the name of the profiler range that stands for a mark
 
@@ -561,3 +569,67 @@ def load_timeline(path: str) -> tuple[list[float], list[list[int]]]:
             times.append(t_ms)
             sizes.append(list(current))
     return times, sizes
+
+
+# ---- the memory chapter's MLP, shared by its pages
+
+def mlp(width: int, depth: int, inputs: int = 784, classes: int = 10) -> nn.Sequential:
+    """`depth` hidden layers of `width` units with ReLU, for 28 x 28 images."""
+    layers: list[nn.Module] = [nn.Flatten(), nn.Linear(inputs, width), nn.ReLU()]
+    for _ in range(depth - 1):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    layers.append(nn.Linear(width, classes))
+    return nn.Sequential(*layers)
+
+
+def mlp_numbers(width: int, depth: int, inputs: int = 784, classes: int = 10) -> int:
+    """The parameter count of :func:`mlp`: weights and biases of each linear layer."""
+    return (inputs * width + width + (depth - 1) * (width * width + width)
+            + width * classes + classes)
+
+
+def mlp_activations(batch: int, width: int, depth: int, classes: int = 10,
+                    nbytes: int = 4) -> int:
+    """Bytes the forward pass of :func:`mlp` keeps for backward: one batch x width output per
+    ReLU (the next linear layer saves the same tensor) and the log-softmax of the loss; the
+    input is the caller's."""
+    return (depth * batch * width + batch * classes) * nbytes
+
+
+def warm_up(make_net: Callable[[], nn.Module], X: torch.Tensor, y: torch.Tensor) -> None:
+    """Train a throwaway ``make_net()`` one step in float32 and one under autocast, untracked:
+    what libraries allocate once per process (on a GPU, cuBLAS's workspace at the first matrix
+    product, kept by the caching allocator) is then allocated before any measurement."""
+    model = make_net().to(X.device)
+    opt = torch.optim.Adam(model.parameters())
+    for low_precision in (False, True):
+        with torch.autocast(X.device.type, dtype=torch.bfloat16, enabled=low_precision):
+            loss = F.cross_entropy(model(X), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def step_memory(make_net: Callable[[], nn.Module], X: torch.Tensor, y: torch.Tensor) -> dict:
+    """Train ``make_net()`` two steps with Adam on ``X``'s device; return the state kept
+    between steps (parameters and Adam's moments), the activations the second forward pass
+    allocated, the second step's peak and the part of the step where it happened ("forward",
+    "backward" or "step"), all measured, in bytes."""
+    torch.manual_seed(0)
+    with Tracker(X.device) as t:
+        model = make_net().to(X.device)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for _ in range(2):
+            t.mark("start")
+            loss = F.cross_entropy(model(X), y)
+            t.mark("forward")
+            loss.backward()
+            t.mark("backward")
+            opt.step()
+            opt.zero_grad()
+            del loss
+            t.mark("step")
+    start, *second = t.readings[4:]
+    top = max(second, key=lambda r: r.peak)
+    return {"state": start.allocated, "activations": second[0].allocated - start.allocated,
+            "peak": top.peak, "where": top.label}

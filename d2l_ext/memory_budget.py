@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 
 __all__ = ["FSDP_TRACKER_CATEGORIES", "GB", "RECIPES", "FsdpMoment", "Recipe",
+           "kvstore_server_numbers",
            "eight_bit_state_bytes", "fits", "fsdp2_moments", "fsdp_tracked", "growth",
            "lora_parameters", "optimizer_state_counted", "snapshot_bytes",
            "zero_bytes_per_parameter", "zero_gb"]
@@ -69,6 +70,27 @@ def zero_bytes_per_parameter(stage: int, k: int, weights: float = 2, gradients: 
     shards = [optimizer, gradients, weights][:stage]
     kept = [weights, gradients, optimizer][:3 - stage]
     return sum(kept) + sum(shards) / k
+
+
+def kvstore_server_numbers(sizes: Sequence[int], servers: int,
+                           bound: int = 1_000_000) -> list[int]:
+    """How many numbers of the arrays ``sizes`` (keys 0, 1, ... in this order) each of
+    ``servers`` parameter servers of MXNet's distributed kvstore holds, as
+    ``KVStoreDist::EncodeDefaultKey`` (MXNet 1.9, ``src/kvstore/kvstore_dist.h``) places them:
+    an array of fewer than ``bound`` numbers (``MXNET_KVSTORE_BIGARRAY_BOUND``) goes whole to
+    server ``key * 9973 % servers``; a larger one is cut into one slice per server, slice
+    ``i`` ending at ``round(size / servers * (i + 1))``."""
+    if servers < 1:
+        raise ValueError(f"servers = {servers}: at least one server.")
+    held = [0] * servers
+    for key, size in enumerate(sizes):
+        if size < bound:
+            held[key * 9973 % servers] += size
+        else:
+            ends = [math.floor(size / servers * i + 0.5) for i in range(servers + 1)]  # C's round
+            for i in range(servers):
+                held[i] += ends[i + 1] - ends[i]
+    return held
 
 
 def zero_gb(parameters: float, k: int, stage: int, **bytes_per_part: float) -> float:

@@ -21,6 +21,9 @@ Four properties of the counter decide how to use it:
 * MXNet frees an array's memory in its engine, and the free of a deleted array can still be
   queued after ``npx.waitall()`` returns; :meth:`StorageCounter.read` pushes one tiny
   operation and waits again, which lets the engine run the queued frees first.
+
+The memory chapter's network, shared by its pages: :func:`make_net` builds the MLP,
+:func:`mlp_parameters` counts its parameters and :func:`train_step` trains it one step.
 """
 
 from __future__ import annotations
@@ -31,12 +34,15 @@ import gc
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import mxnet as mx
-from mxnet import np, npx
+from mxnet import autograd, gluon, init, np, npx
+from mxnet.gluon import nn
 
-__all__ = ["Reading", "StorageCounter", "array_bytes", "settle"]
+__all__ = ["Reading", "StorageCounter", "array_bytes", "make_net", "mlp_parameters", "settle",
+           "train_step"]
 
 _EVENT = re.compile(r'"ts":\s*(\d+),\s*"args":\s*\{\s*"Memory: ([^"]+)":\s*(\d+)\s*\}')
 
@@ -144,3 +150,31 @@ class StorageCounter:
     def _remove_trace(self) -> None:
         with contextlib.suppress(OSError):
             os.remove(self.path)
+
+
+# ---- the memory chapter's MLP, shared by its pages
+
+def make_net(hidden: Sequence[int], num_outputs: int = 10,
+             block: type[nn.Sequential] | type[nn.HybridSequential] = nn.Sequential) -> nn.Block:
+    """The MLP: one Dense layer with ReLU per entry of `hidden`, then `num_outputs` outputs,
+    initialised lazily (its shapes are known at the first forward pass)."""
+    net = block()
+    for width in hidden:
+        net.add(nn.Dense(width, activation="relu"))
+    net.add(nn.Dense(num_outputs))
+    net.initialize(init.Normal(0.01))
+    return net
+
+
+def mlp_parameters(num_inputs: int, hidden: Sequence[int], num_outputs: int = 10) -> int:
+    """The parameter count of :func:`make_net` for `num_inputs` inputs: weights and biases."""
+    widths = [num_inputs, *hidden, num_outputs]
+    return sum(n_in * n_out + n_out for n_in, n_out in zip(widths[:-1], widths[1:]))
+
+
+def train_step(net: nn.Block, trainer: gluon.Trainer, loss: gluon.loss.Loss, X, y) -> None:
+    """One step of minibatch SGD: forward and `loss` recorded, backward, `trainer.step`."""
+    with autograd.record():
+        l = loss(net(X), y)
+    l.backward()
+    trainer.step(X.shape[0])
