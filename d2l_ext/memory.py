@@ -574,7 +574,9 @@ def load_timeline(path: str) -> tuple[list[float], list[list[int]]]:
 # ---- the memory chapter's MLP, shared by its pages
 
 def mlp(width: int, depth: int, inputs: int = 784, classes: int = 10) -> nn.Sequential:
-    """`depth` hidden layers of `width` units with ReLU, for 28 x 28 images."""
+    """`depth` hidden layers of `width` units with ReLU, for 28 x 28 images (depth >= 1)."""
+    if depth < 1:
+        raise ValueError(f"depth = {depth}: at least one hidden layer.")
     layers: list[nn.Module] = [nn.Flatten(), nn.Linear(inputs, width), nn.ReLU()]
     for _ in range(depth - 1):
         layers += [nn.Linear(width, width), nn.ReLU()]
@@ -592,7 +594,8 @@ def mlp_activations(batch: int, width: int, depth: int, classes: int = 10,
                     nbytes: int = 4) -> int:
     """Bytes the forward pass of :func:`mlp` keeps for backward: one batch x width output per
     ReLU (the next linear layer saves the same tensor) and the log-softmax of the loss; the
-    input is the caller's."""
+    input is the caller's. ``nbytes``: bytes per saved number; the log-softmax is counted at
+    the same width, as in a pure low-precision model (autocast keeps it in float32)."""
     return (depth * batch * width + batch * classes) * nbytes
 
 
@@ -614,9 +617,11 @@ def step_memory(make_net: Callable[[], nn.Module], X: torch.Tensor, y: torch.Ten
     """Train ``make_net()`` two steps with Adam on ``X``'s device; return the state kept
     between steps (parameters and Adam's moments), the activations the second forward pass
     allocated, the second step's peak and the part of the step where it happened ("forward",
-    "backward" or "step"), all measured, in bytes."""
-    torch.manual_seed(0)
-    with Tracker(X.device) as t:
+    "backward" or "step"), all measured, in bytes. The model is built with the CPU's random
+    generator seeded to 0 inside :func:`torch.random.fork_rng`, so the caller's stream is
+    left as it was."""
+    with torch.random.fork_rng(devices=[]), Tracker(X.device) as t:
+        torch.manual_seed(0)
         model = make_net().to(X.device)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         for _ in range(2):
@@ -629,7 +634,8 @@ def step_memory(make_net: Callable[[], nn.Module], X: torch.Tensor, y: torch.Ten
             opt.zero_grad()
             del loss
             t.mark("step")
-    start, *second = t.readings[4:]
+    second_start = max(i for i, r in enumerate(t.readings) if r.label == "start")
+    start, *second = t.readings[second_start:]
     top = max(second, key=lambda r: r.peak)
     return {"state": start.allocated, "activations": second[0].allocated - start.allocated,
             "peak": top.peak, "where": top.label}

@@ -54,9 +54,9 @@ def fsdp2_placement(units: Sequence[float], k: int, offload: bool = False,
     there; the GPU keeps the moment's unsharded buffers plus the running unit's shard as
     copied to the device before its all-gather, in float32 and cast to the compute type
     ((4 + ``param_bytes``)/k bytes per parameter of the unit).
-    Each step copies every shard to the device twice (the forward's all-gather and, with the
-    default ``reshard_after_forward=True``, the backward's) and every float32 gradient shard
-    back: 12/k bytes per parameter."""
+    Each step copies every shard to the device twice (the forward's all-gather and, for every
+    unit but the root with the default ``reshard_after_forward=None``, the backward's) and
+    every float32 gradient shard back: 12/k bytes per parameter."""
     if k < 1:
         raise ValueError(f"k = {k}: at least one process.")
     moments = fsdp2_moments(units, k, param_bytes, reduce_bytes)

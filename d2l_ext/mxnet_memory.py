@@ -173,7 +173,8 @@ def mlp_parameters(num_inputs: int, hidden: Sequence[int], num_outputs: int = 10
 
 
 def train_step(net: nn.Block, trainer: gluon.Trainer, loss: gluon.loss.Loss, X, y) -> None:
-    """One step of minibatch SGD: forward and `loss` recorded, backward, `trainer.step`."""
+    """One training step with whatever optimizer ``trainer`` holds: forward and `loss`
+    recorded, backward, ``trainer.step(batch)``."""
     with autograd.record():
         l = loss(net(X), y)
     l.backward()

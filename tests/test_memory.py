@@ -671,6 +671,21 @@ def test_the_mlps_counts_are_its_parameters_and_its_saved_tensors(width, depth):
     assert memory.mlp_activations(7, width, depth, classes=5, nbytes=2) == (saved.nbytes - 4) // 2
 
 
+@pytest.mark.parametrize("depth", [0, -1])
+def test_the_mlp_refuses_fewer_than_one_hidden_layer(depth):
+    with pytest.raises(ValueError, match="at least one hidden layer"):
+        memory.mlp(8, depth)
+
+
+def test_step_memory_leaves_the_callers_random_stream_alone():
+    X, y = torch.randn(4, 1, 28, 28), torch.randint(0, 10, (4,))
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    memory.step_memory(lambda: memory.mlp(8, 1), X, y)
+    assert torch.equal(torch.rand(3), expected)
+
+
 def test_step_memory_measures_adams_state_and_the_second_forward_pass():
     width, depth, batch = 64, 2, 16
     X, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))

@@ -26,7 +26,7 @@ ENGLISH_RUN = re.compile(r"\b[A-Za-z]{2,}(?:[ ,;:/-]+[A-Za-z]{2,}){2,}\b")
 #: Output the reader sees but the book does not write: the frameworks' warnings and errors,
 #: IPython's magics, a module's repr.
 TOOL_LINE = re.compile(r"^\s*(\w+(Warning|Error|Exception)\b|Writing \S+$|Overwriting \S+$|"
-                       r"Traceback|\(\w+\): [A-Z]\w*\(|[A-Z]\w*\($|\)$)")
+                       r"Traceback|\(\w+\): [A-Z]\w*\(|[A-Z]\w*\($|\)$|-{1,2}[A-Za-z])")
 
 
 #: Words that are names in any language: devices.
