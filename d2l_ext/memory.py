@@ -617,11 +617,11 @@ def step_memory(make_net: Callable[[], nn.Module], X: torch.Tensor, y: torch.Ten
     """Train ``make_net()`` two steps with Adam on ``X``'s device; return the state kept
     between steps (parameters and Adam's moments), the activations the second forward pass
     allocated, the second step's peak and the part of the step where it happened ("forward",
-    "backward" or "step"), all measured, in bytes. The model is built with the CPU's random
-    generator seeded to 0 inside :func:`torch.random.fork_rng`, so the caller's stream is
-    left as it was."""
+    "backward" or "step"), all measured, in bytes. The model is built on the CPU with the
+    CPU's random generator seeded to 0 inside :func:`torch.random.fork_rng`, so the caller's
+    streams (the CPU's, and an accelerator's, which this never seeds) are left as they were."""
     with torch.random.fork_rng(devices=[]), Tracker(X.device) as t:
-        torch.manual_seed(0)
+        torch.default_generator.manual_seed(0)  # torch.manual_seed would reseed CUDA too
         model = make_net().to(X.device)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         for _ in range(2):

@@ -686,6 +686,19 @@ def test_step_memory_leaves_the_callers_random_stream_alone():
     assert torch.equal(torch.rand(3), expected)
 
 
+def test_step_memory_never_reseeds_an_accelerator(monkeypatch):
+    """fork_rng(devices=[]) restores only the CPU's generator: step_memory must not touch
+    CUDA's (torch.manual_seed would reseed every CUDA device), and it builds the same model
+    every time."""
+    reseeded = []
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", lambda seed: reseeded.append(seed))
+    monkeypatch.setattr(torch.cuda, "manual_seed", lambda seed: reseeded.append(seed))
+    X, y = torch.randn(4, 1, 28, 28), torch.randint(0, 10, (4,))
+    first = memory.step_memory(lambda: memory.mlp(8, 1), X, y)
+    assert memory.step_memory(lambda: memory.mlp(8, 1), X, y) == first
+    assert reseeded == []
+
+
 def test_step_memory_measures_adams_state_and_the_second_forward_pass():
     width, depth, batch = 64, 2, 16
     X, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
