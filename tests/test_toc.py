@@ -57,7 +57,7 @@ def test_the_books_toc_lists_every_chapter_source_once():
 
 
 def test_a_chapter_named_to_execute_or_validate_is_all_of_its_pages(monkeypatch):
-    from pipeline import execute, validate
+    from pipeline import execute
 
     monkeypatch.setattr(toc, "read", lambda text=None, real=toc.read: real(WITH_SECTIONS))
     pages = ["alpha", "beta", "beta-second", "beta-third", "gamma"]
@@ -68,7 +68,7 @@ def test_a_chapter_named_to_execute_or_validate_is_all_of_its_pages(monkeypatch)
     assert execute._chapters([]) == pages  # every page, each once
     with pytest.raises(BookError, match="no chapter named delta"):
         execute._chapters(["delta"])
-    assert validate._with_section_pages(["beta", "alpha", "beta-second"]) == \
+    assert toc.with_section_pages(["beta", "alpha", "beta-second"]) == \
         ["beta", "beta-second", "beta-third", "alpha"]
 
 

@@ -548,9 +548,7 @@ def _chapters(names: list[str] | None) -> list[str]:
     if unknown:
         raise BookError(f"no chapter named {', '.join(unknown)}; the chapters are: "
                         + ", ".join(known))
-    chapters = toc.read()
-    return list(dict.fromkeys(page for name in names or known
-                              for page in chapters.get(name, [name])))
+    return toc.with_section_pages(list(names or known))
 
 
 class Interrupted(BookError):

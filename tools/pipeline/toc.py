@@ -67,6 +67,13 @@ def pages() -> list[str]:
     return [page for chapter in read().values() for page in chapter]
 
 
+def with_section_pages(names: list[str]) -> list[str]:
+    """``names`` with each chapter's section pages right after it (a chapter named is all of
+    its pages), each page once, in the order given."""
+    chapters = read()
+    return list(dict.fromkeys(page for name in names for page in chapters.get(name, [name])))
+
+
 def chapter_of(page: str) -> str:
     """The chapter that ``page`` belongs to (a chapter's main page belongs to itself)."""
     for chapter, its_pages in read().items():

@@ -47,6 +47,7 @@ from pipeline import config
 from pipeline.config import LANGUAGES, BookError, shown
 from pipeline.execute import Interrupted, _sigterm_stops, execute
 from pipeline.sources import chapter_names
+from pipeline.toc import with_section_pages
 
 BENCHMARKS = config.ROOT / "benchmarks"
 RESULTS = BENCHMARKS / "results"
@@ -134,16 +135,6 @@ def toc_order() -> list[str]:
     from pipeline import toc
 
     return toc.pages()
-
-
-def _with_section_pages(names: list[str]) -> list[str]:
-    """``names`` with each chapter's section pages right after it (a chapter asked for is
-    all of its pages), each page once."""
-    from pipeline import toc
-
-    chapters = toc.read()
-    pages = [page for name in names for page in chapters.get(name, [name])]
-    return list(dict.fromkeys(pages))
 
 
 def gpu_history(name: str) -> dict:
@@ -300,7 +291,7 @@ def validate(chapters: list[str] | None = None, *, smoke: bool = False,
         raise BookError(f"no chapter named {', '.join(unknown)}; the chapters are: "
                         + ", ".join(known))
     _data_found()
-    chapters = _with_section_pages(chapters or [])
+    chapters = with_section_pages(chapters or [])
     histories = {name: gpu_history(name) for name in chapters or known}
     names = list(chapters) if chapters else order(known, histories)
     dry = smoke or not machine["gpus"]
