@@ -45,10 +45,12 @@ already happened inside ``unique``. In order, a step of ``"original"`` synchroni
 as the host-device-sync chapter writes it; the fixes remove them from the front (``torch.where``
 takes both the
 ``nonzero`` and the assignment), so the first wait of a step moves from ``nonzero`` to
-``unique`` to the boolean index. The book's GPU run (an NVIDIA H100, PyTorch 2.11, 2026-11-24;
-``d2l_ext/data/gpu_runs/host-device-sync.json``) counted the same: 6, 4, 3 and 0 warnings per
-step under ``torch.cuda.set_sync_debug_mode("warn")``, and 30 ``cudaStreamSynchronize`` calls in
-5 profiled steps of ``"original"``.
+``unique`` to the boolean index. The book's GPU run (an NVIDIA H100, PyTorch 2.11, 2026-11-24)
+counted the same: 6, 4, 3 and 0 warnings per step under
+``torch.cuda.set_sync_debug_mode("warn")``
+(``d2l_ext/data/gpu_runs/host-device-sync-measuring.json``), and 30
+``cudaStreamSynchronize`` calls in 5 profiled steps of ``"original"``
+(``d2l_ext/data/gpu_runs/host-device-sync.json``).
 """
 
 from __future__ import annotations

@@ -352,10 +352,13 @@ def test_the_chapters_a100_cell_tables_every_sync_and_names_its_source(lang, mon
     assert (min(names["idle_after"]), round(max(names["idle_after"]) / 1000)) == (63, 807)
 
 
-def _page_code(framework, start, end=None):
+MEASURING = "host-device-sync-measuring"  # the chapter's section page
+
+
+def _page_code(framework, start, end=None, page="host-device-sync"):
     """The source of the host-device-sync chapter's (English) code cell of `framework` (None:
-    shared) that has a line starting with `start`, with its collapsed presentation, from that
-    line to the line before `end` (default: the end)."""
+    shared) on `page` that has a line starting with `start`, with its collapsed presentation,
+    from that line to the line before `end` (default: the end)."""
     import sys
     from pathlib import Path
 
@@ -365,7 +368,7 @@ def _page_code(framework, start, end=None):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
     from pipeline import config, sources
 
-    chapter = sources.parse(config.CHAPTERS / "en" / "host-device-sync.md")
+    chapter = sources.parse(config.CHAPTERS / "en" / f"{page}.md")
     code = cell_with_presentation(chapter.cells, start, framework)
     found = re.search(rf"^{re.escape(start)}", code, re.M)
     assert found, f"no line of the {framework} cell with {start!r} starts with it"
@@ -379,7 +382,7 @@ def _page_names(**names):
     import statistics
     from types import SimpleNamespace
 
-    from d2l_ext import catalogue, gpu_runs, i18n
+    from d2l_ext import catalogue, gpu_runs, i18n, sync_profile
     from d2l_ext.utils import Timing, false_alarm, paired_verdict, show, text_table
 
     d2l = SimpleNamespace(message=i18n.message, label=i18n.label, gpu_runs=gpu_runs,
@@ -387,6 +390,7 @@ def _page_names(**names):
                           say=catalogue.say, figure_text=catalogue.figure_text, show=show,
                           listing=catalogue.listing)
     base = {"d2l": d2l, "math": math, "statistics": statistics, "text_table": text_table,
+            "sync_profile": sync_profile,
             "mean": statistics.fmean, "median": statistics.median,
             "LOSS": i18n.message(en="loss", zh="损失函数"),
             "ms": lambda timing: timing.text("ms"),
@@ -403,7 +407,8 @@ def _no_capture(monkeypatch):
 
 
 def test_the_pages_sync_points_find_the_assignments_that_copy_in_a_cpu_trace(tmp_path):
-    """The host-device-sync chapter's sync_points, run on a real CPU profile: an assignment of a
+    """The host-device-sync chapter's sync_points (d2l_ext.sync_profile), run on a real CPU
+    profile: an assignment of a
     Python number (or
     of a fresh torch.tensor) to one element is a copy_ of its own, which on a CUDA device is a
     blocking copy from the host (ATen's copy_to); through integer indices it is index_put_; to
@@ -414,12 +419,9 @@ def test_the_pages_sync_points_find_the_assignments_that_copy_in_a_cpu_trace(tmp
 
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from d2l_ext import trace
+    from d2l_ext import sync_profile, trace
 
-    code = "\n\n\n".join(_page_code("torch", start, end) for start, end in (
-        ("SYNCING_OPS = (", "\nROWS = {"), ("def within(", "\n\n\ndef launched_in(")))
-    names = {"trace": trace}
-    exec(code, names)
+    names = {"sync_points": sync_profile.sync_points}
     x = torch.randn(100)
     z, z2, w = x.clone(), torch.randn(8, 8), torch.randn(100)
     mask, idx = x > 0, torch.nonzero(x > 0, as_tuple=True)
@@ -468,8 +470,9 @@ def test_the_pages_headers_say_an_element_is_copied_and_a_slice_filled():
 def test_the_pages_profiles_leave_a_disturbed_one_out():
     """calm_profiles keeps a version's profiles whose profiled step is at most 25% longer than
     in its fastest profile; merged then reads the rest."""
-    names = _page_names()
-    exec(_page_code(None, "def step_split"), names)
+    from d2l_ext import sync_profile
+
+    names = {"calm_profiles": sync_profile.calm_profiles, "merged": sync_profile.merged}
     profiles = [{"profiled": [4.0], "host": [3.9]}, {"profiled": [4.9], "host": [4.8]},
                 {"profiled": [5.2], "host": [30.0]}]
     calm = names["calm_profiles"](profiles)
@@ -492,9 +495,10 @@ def test_the_pages_model_cell_on_a_device_whose_profiler_records_no_device_work(
                          traced=False, fixed=["where", "sort", "ignore_index"],
                          first=names["timings"]["original"],
                          calm={name: [c] for name, c in names["costs"].items()})
+    exec(_page_code("torch", "FIGURES = {"), names)
     for start in ("FIGURES = {", "def idle_ms(name):", "def figure(key, value"):
-        exec(_page_code("torch", start), names)
-    exec(_page_code(None, "def predicted_ms"), names)
+        exec(_page_code("torch", start, page=MEASURING), names)
+    exec(_page_code(None, "def predicted_ms", page=MEASURING), names)
     printed = capsys.readouterr().out
     assert "queues its work, but its profiler recorded neither" in names["columns_note"].en
     assert "made no such calls" in names["count_check"].en
@@ -531,7 +535,7 @@ def test_the_pages_direction_counts_only_clear_differences(_no_capture, capsys):
     names |= _page_names(timings=timings, first=timings["original"],
                          fixed=["where", "sort", "ignore_index"],
                          calm={name: [profile(p) for p in ps] for name, ps in calm.items()})
-    exec(_page_code(None, "def predicted_ms"), names)
+    exec(_page_code(None, "def predicted_ms", page=MEASURING), names)
     printed = capsys.readouterr().out
     assert names["compared"] == ["sort", "ignore_index"] and names["disagree"] == ["sort"]
     assert "disagree on which is faster for sort" in names["direction_verdict"].en
@@ -560,7 +564,8 @@ def test_the_pages_fix_verdict_goes_by_rounds(case, monkeypatch):
     timings = {"original": Timing(tuple(t / 1e3 for t in original)),
                "ignore_index": Timing(tuple(t / 1e3 for t in final))}
     names = _page_names(timings=timings, final="ignore_index", plt=plt)
-    exec(_page_code(None, "def ms(timing)").replace("plt.show()", "plt.close('all')"), names)
+    code = _page_code(None, "def ms(timing)", page=MEASURING)
+    exec(code.replace("plt.show()", "plt.close('all')"), names)
     verdict = names["fix_verdict"]
     if case == "every round":
         assert not timings["ignore_index"].clearly_faster(timings["original"])
@@ -589,8 +594,9 @@ def test_the_pages_logging_verdict(queues, often, capsys):
     names = _page_names(runs={1: None, 4: None}, log_syncs={1: 4, 4: 1}, log_steps=4,
                         log_timings=log_timings, queues=queues, final="ignore_index",
                         timings={"ignore_index": log_timings[4]},
-                        SYNC=i18n.message(en="sync", zh="同步"))
-    exec(_page_code(None, "for n in runs:"), names)
+                        SYNC=i18n.message(en="sync", zh="同步"),
+                        SYNCS=i18n.message(en="syncs", zh="同步"))
+    exec(_page_code(None, "for n in runs:", page=MEASURING), names)
     verdict, printed = names["log_verdict"], capsys.readouterr().out
     assert verdict.en not in printed
     if not queues:
@@ -623,7 +629,8 @@ def test_the_pages_mxnet_gaps_explain_the_miss_of_the_version_that_never_waits(e
                         timings=dict.fromkeys(costs, one), cpu_timings=dict.fromkeys(costs, one),
                         t_host=Timing((0.0025, 0.0026)), t_host_cpu=Timing((0.0025, 0.0026)),
                         os=__import__("os"))
-    exec(_page_code("mxnet", 'd2l.show(text_table([LOSS, d2l.say("host-device-sync/host-ms-in'),
+    exec(_page_code("mxnet", 'd2l.show(text_table([LOSS, d2l.say("host-device-sync/host-ms-in',
+                    page=MEASURING),
          names)
     note = names["gap_note"]
     if engine_bound:
@@ -654,7 +661,7 @@ def test_the_pages_profiler_rule_says_nothing_when_it_would_fire_by_chance(capsy
                         timings=timings, t_host=Timing((0.004,)), queues=False, traced=False,
                         fixed=["where", "sort", "ignore_index"], first=timings["original"],
                         final="ignore_index")
-    exec(_page_code(None, "def predicted_ms"), names)
+    exec(_page_code(None, "def predicted_ms", page=MEASURING), names)
     assert names["by_chance"] == pytest.approx(1.0)
     assert "cannot tell whether the profiler cost any version more" in names["overhead_note"].en
     assert "stood apart for" not in names["overhead_note"].en
