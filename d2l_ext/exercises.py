@@ -4,7 +4,7 @@ A chapter's check cell names the exercise and passes the reader's answer, with t
 variables of the run that an answer depends on::
 
     syncing = None  # exercise 1: a set of letters, e.g. {"a", "b"}
-    print(d2l.check_exercise("host-device-sync", 1, syncing))
+    print(d2l.check_exercise("host-device-sync-measuring", 1, syncing))
 
 :func:`check` returns the verdict in the reader's language (:func:`d2l_ext.i18n.message`):
 the exercise's prompt while the answer is not set, else "Correct: ..." with why, or
@@ -328,8 +328,9 @@ def _tuning_1(answer: Any, run: dict) -> Text:
                      "两点之间的斜率是 t_image，10 毫秒减去 64 张图像的时间就是 t_fixed。")
 
 
-@exercise("tuning-tips", 2, "unfused_bytes", "fused_bytes")
-def _tuning_2(answer: Any, run: dict) -> Text:
+# tuning-tips-switches (its section page)
+@exercise("tuning-tips-switches", 1, "unfused_bytes", "fused_bytes")
+def _tuning_switches_1(answer: Any, run: dict) -> Text:
     unfused, fused = answer
     if equal(unfused, 44) and equal(fused, 8):
         return correct("6 reads and 5 writes of 4 bytes, against one of each.",
@@ -356,7 +357,7 @@ def _zeros(framework: str) -> list[set[float]]:
             for dtype in ("float16", "float32")]
 
 
-def _tuning_3(framework: str) -> Callable[[Any, dict], Text]:
+def _tuning_switches_2(framework: str) -> Callable[[Any, dict], Text]:
     def judge(answer: Any, run: dict) -> Text:
         try:
             given = [{float(v) for v in numbers} for numbers in answer]
@@ -376,18 +377,51 @@ def _tuning_3(framework: str) -> Callable[[Any, dict], Text]:
 
 
 for _framework in FRAMEWORKS:
-    exercise("tuning-tips", 3, "zero_in_fp16", "zero_in_bf16", framework=_framework)(
-        _tuning_3(_framework))
+    exercise("tuning-tips-switches", 2, "zero_in_fp16", "zero_in_bf16", framework=_framework)(
+        _tuning_switches_2(_framework))
+
+
+# ---------------------------------------------------------------- its section page
+# tuning-tips-ladder
+@exercise("tuning-tips-ladder", 1, "chance_per_verdict", "expected_false_alarms")
+def _tuning_ladder_1(answer: Any, run: dict) -> Text:
+    chance, expected = answer
+    if near(chance, 2 * 0.5 ** 6, 5e-4) and near(expected, 9 * 2 * 0.5 ** 6, 5e-3):
+        return correct("all 6 rounds on the same side of 1, either side: 2 x 2^-6 = 1/32 per "
+                       "verdict, and 9/32 (about 0.28) false alarms over 9 verdicts.",
+                       "6 遍全落在 1 的同一边，两边都算：每个判定 2 × 2⁻⁶ = 1/32，9 个判定"
+                       "预计有 9/32（约 0.28）个误报。")
+    if near(chance, 0.5 ** 6, 5e-4):
+        return close("that is one side only; a false alarm is \"faster\" or \"slower\".",
+                     "这只算了一边；“更快”和“更慢”都是误报。")
+    return not_quite("each round's ratio falls on either side of 1 with even odds; a verdict "
+                     "needs every round on the same side. Multiply by the verdicts for the "
+                     "expected number.",
+                     "每一遍的比值落在 1 的哪一边机会均等；要作出判定，每一遍都得落在同一边。"
+                     "再乘以判定的个数，就是预计的误报数。")
+
+
+@exercise("tuning-tips-ladder", 2, "steps_to_pay", "epochs_to_pay")
+def _tuning_ladder_2(answer: Any, run: dict) -> Text:
+    steps, epochs = answer
+    if near(steps, 40 / 0.002, 1.0) and near(epochs, 40 / 0.002 / 234, 0.6):
+        return correct("40 s / 2 ms = 20,000 steps, about 85.5 epochs of 234 steps.",
+                       "40 秒 / 2 毫秒 = 20,000 步，约合 85.5 轮（每轮 234 步）。")
+    if near(steps, 40 / 2, 1.0):
+        return close("mind the units: 2 ms is 0.002 s.", "注意单位：2 毫秒是 0.002 秒。")
+    return not_quite("divide the one-off cost by what each step saves, then by the steps of "
+                     "an epoch.",
+                     "用一次性开销除以每步省下的时间，再除以一轮的步数。")
 
 
 # ================================================================ host-device synchronisation
-letter_choice("host-device-sync", 1, "syncing", "cdf", framework="torch",
+letter_choice("host-device-sync-measuring", 1, "syncing", "cdf", framework="torch",
               why=(".item() and print need a value, x[x > 0] a size.",
                    ".item() 和 print 需要数值，x[x > 0] 需要结果的大小。"),
               hint=("only operations that need a value or a result's size on the host wait "
                     "for the device.",
                     "只有需要在主机上得到数值或结果大小的操作，才会等待设备。"))
-letter_choice("host-device-sync", 1, "syncing", "cdf", framework="mxnet",
+letter_choice("host-device-sync-measuring", 1, "syncing", "cdf", framework="mxnet",
               why=("float and print copy values to the host, x[x > 0] needs the result's "
                    "shape; the engine makes Python wait for them on a CPU too.",
                    "float 和 print 要把数值复制到主机，x[x > 0] 需要结果的形状；即使在 CPU "
@@ -397,8 +431,8 @@ letter_choice("host-device-sync", 1, "syncing", "cdf", framework="mxnet",
                     "只有需要在主机上得到数值或结果形状的操作，才会等待引擎。"))
 
 
-@exercise("host-device-sync", 2, "num_steps_answer", "num_distinct_answer")
-def _sync_2(answer: Any, run: dict) -> Text:
+@exercise("host-device-sync", 1, "num_steps_answer", "num_distinct_answer")
+def _sync_1(answer: Any, run: dict) -> Text:
     steps, distinct = answer
     if equal(steps, 3) and equal(distinct, 4):
         return correct("the values change 3 times, so there are 4 of them.",
@@ -407,10 +441,10 @@ def _sync_2(answer: Any, run: dict) -> Text:
                      "数一数有几处数值与前一个不同。")
 
 
-_SYNC_5_HINT = ("count them with step_costs, as the table of counts above does, after adding "
+_SYNC_2_HINT = ("count them with step_costs, as the table of counts above does, after adding "
                 "the read to both losses.",
                 "给两个损失都加上这次读取，再像上面的计数表那样用 step_costs 数一数。")
-_SYNC_5_RIGHT = {
+_SYNC_2_RIGHT = {
     "torch": ("the cost model expects neither step to get much slower: in the original the "
               "new wait falls at the start of the span B or inside it, and a single "
               "synchronisation makes no span B at all. What it costs is what the model leaves "
@@ -430,7 +464,7 @@ _SYNC_5_RIGHT = {
 }
 
 
-def _sync_5(framework: str) -> Callable[[Any, dict], Text]:
+def _sync_2(framework: str) -> Callable[[Any, dict], Text]:
     def judge(syncs_with_item: Any, run: dict) -> Text:
         costs, final = _needs(run, "costs", "final")
         expected = (costs["original"]["syncs"] + 1, costs[final]["syncs"] + 1)
@@ -439,14 +473,14 @@ def _sync_5(framework: str) -> Callable[[Any, dict], Text]:
         except TypeError:
             given = None
         if given is not None and len(given) == 2 and all(map(equal, given, expected)):
-            return correct(*_SYNC_5_RIGHT[framework])
-        return not_quite(*_SYNC_5_HINT)
+            return correct(*_SYNC_2_RIGHT[framework])
+        return not_quite(*_SYNC_2_HINT)
     return judge
 
 
 for _framework in FRAMEWORKS:
-    exercise("host-device-sync", 5, "syncs_with_item", framework=_framework)(
-        _sync_5(_framework))
+    exercise("host-device-sync", 2, "syncs_with_item", framework=_framework)(
+        _sync_2(_framework))
 
 
 # ================================================================ GPU basics

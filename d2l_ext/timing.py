@@ -32,10 +32,10 @@ from dataclasses import dataclass
 
 import torch
 
+from d2l_ext import turns
+from d2l_ext.turns import MIN_BLOCK  # the shortest block of calls timed between two barriers
 from d2l_ext.utils import Timing
 
-#: Shortest block of calls timed between two barriers by :func:`time_per_call` (seconds).
-MIN_BLOCK = 0.05
 #: Back-to-back calls between the CUDA events of :func:`device_time` for sub-millisecond
 #: work (CUDA's launch queue holds about a thousand kernels, so keep calls times kernels
 #: per call under that).
@@ -89,26 +89,16 @@ def _check(repeats: int, warmup: int) -> None:
 
 
 def _block_seconds(f: Callable[[], object], device: torch.device, calls: int) -> float:
-    _barrier(device)
-    start = time.perf_counter()
-    for _ in range(calls):
-        f()
-    _barrier(device)
-    return time.perf_counter() - start
+    return turns.block_seconds(f, lambda: _barrier(device), calls)
 
 
 def calls_per_block(f: Callable[[], object], device: torch.device | str | None = None,
                     min_block: float = MIN_BLOCK, max_calls: int = 1_000_000) -> int:
     """How many back-to-back calls of ``f()`` last at least ``min_block`` seconds between two
-    barriers (found by timing growing blocks; ``f`` should be warmed up)."""
+    barriers on ``device`` (:func:`d2l_ext.turns.calls_per_block`; ``f`` should be warmed
+    up)."""
     device = _device(device)
-    calls = 1
-    while True:
-        seconds = _block_seconds(f, device, calls)
-        if seconds >= min_block or calls >= max_calls:
-            return calls
-        grow = min_block / seconds * 1.2 if seconds > 0 else 10.0
-        calls = min(max_calls, max(calls + 1, math.ceil(calls * min(grow, 10.0))))
+    return turns.calls_per_block(f, lambda: _barrier(device), min_block, max_calls)
 
 
 def time_per_call(f: Callable[[], object], device: torch.device | str | None = None, *,

@@ -410,27 +410,29 @@ SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab m
          "torch.backends.cuda.matmul.fp32_precision", "torch.backends.cudnn.conv.fp32_precision",
          "TorchFunctionMode", "saved_tensors_hooks(", "torch.inference_mode",
          "torch.no_grad", "set_logs(recompiles=True)", "drop_last=drop_last",
-         "torch._dynamo.explain(", "ddp.no_sync()", "register_comm_hook(", "d2l.measure(",
+         "torch._dynamo.explain(", "ddp.no_sync()", "register_comm_hook(",
          "ladder.time_to_target(", "ladder.profile_rung(", "ladder.peak_flops(",
-         "ladder.amp_step_timings(", "calls_per_block(", "d2l.split_time(",
+         "ladder.amp_step_timings(", "d2l.split_time(",
          "d2l.gpu_runs.table("),
         ("gluon.data.DataLoader(", "num_workers=", "hybridize(static_alloc=True",
          "MXNET_CUDNN_AUTOTUNE_DEFAULT", "use_bias=False",
          "lr_scheduler.CosineScheduler(", 'amp.init(target_dtype="bfloat16")',
-         "mx.npx.set_np()", "d2l.measure(", "clearly_faster(", "d2l.Training(",
+         "mx.npx.set_np()", "d2l.Training(",
          "d2l.paired_verdict(")),
     "host-device-sync": (
         ("torch.accelerator.current_accelerator()", "torch.nonzero(", "torch.unique(",
-         "schedule(wait=1, warmup=1, active=ACTIVE", "record_function(", "prof.step()",
+         "sync_profile.profile_steps(", "record_function(", "sync_profile.step_costs(",
          "export_chrome_trace(", 'sort_by="self_cpu_time_total"', "trace.load_trace(",
          "trace.plot_timeline(", "torch.where(", "torch.count_nonzero(", "ignore_index=IGNORE",
          "torch.where(mask)", "torch.nonzero_static(", "output_size=total", ".item() / log_every",
          "d2l.measure(", 'set_sync_debug_mode("warn")', 'set_sync_debug_mode("error")',
-         "pageable.copy_(x, non_blocking=True)", "trace.busy_time(", "def predicted_ms("),
+         "pageable.copy_(x, non_blocking=True)", "sync_profile.sync_points(",
+         "def predicted_ms("),
         ("np.unique(", "mx.profiler.set_config(", "mx.profiler.Task(", "dump(finished=False)",
          'dumps(reset=True, sort_by="total")', "np.where(", "np.sort(", "def loss_sort(",
-         "trace.load_trace(", "trace.plot_timeline(", "trace.busy_time(", "d2l.measure(",
-         "float(running) / log_every", "def predicted_ms(")),
+         "sync_profile_mxnet.load_events(", "trace.plot_timeline(",
+         "sync_profile_mxnet.step_costs(", "d2l.measure(", "float(running) / log_every",
+         "def predicted_ms(")),
     "gpu-basics": (
         ("torch.accelerator.is_available()", "torch.cuda.get_device_properties(",
          "device=device", ".to(device)", "memory.Tracker(device)", "tracker.mark(",
@@ -520,24 +522,15 @@ def test_the_sync_pages_losses_are_the_librarys():
 
 
 def test_the_sync_page_counts_each_synchronisation_once():
-    """The page's sync_points keeps the outermost of nested syncing operators (on a GPU,
+    """The sync pages' sync_points (d2l_ext.sync_profile) keeps the outermost of nested
+    syncing operators (on a GPU,
     unique reads its count with an item of its own) and every separate one; it counts an
     index assignment of a Python number (index_put_ right after the lift_fresh that wrapped
     the number) unless it became a masked_fill_, and then nothing inside it either (the item
     of the number's host tensor); an index_put_ of a tensor is no wait of its own."""
-    from d2l_ext import trace
+    from d2l_ext import sync_profile, trace
 
-    chapter = sources.parse(config.CHAPTERS / "en" / "host-device-sync.md")
-    code = "\n".join(c.source for c in chapter.cells
-                     if c.kind == "code" and c.framework == "torch")
-    names = {"trace": trace}
-    for pattern in (r"^SYNCING_OPS = \(.*?\)$", r"^SETITEM = [^\n]*$", r"^ASSIGNS = [^\n]*$",
-                    r"^VIEWS = \(.*?\)  #", r"^def within\b.*?(?=\n\n\n|\Z)",
-                    r"^def assigns_number\b.*?(?=\n\n\n|\Z)", r"^def outermost\b.*?(?=\n\n\n|\Z)",
-                    r"^def sync_points\b.*?(?=\n\n\n|\Z)"):
-        block = re.search(pattern, code, re.S | re.M)
-        assert block, f"the page defines no {pattern}"
-        exec(block.group(0), names)
+    names = {"sync_points": sync_profile.sync_points}
     E = trace.Event
     events = [E("aten::index", "h", 0, 10, "cpu_op"), E("aten::nonzero", "h", 1, 2, "cpu_op"),
               E("aten::_unique2", "h", 20, 10, "cpu_op"),
@@ -583,10 +576,14 @@ def test_the_sync_page_counts_each_synchronisation_once():
     assert [(e.name, e.start_us) for e in names["sync_points"](element)] == [("aten::copy_", 110)]
 
 
-def _sync_page_code(framework, start, end=None):
-    """The source of the English sync page's code cells of `framework` (None: shared), from
-    the line that starts with `start` to the line before `end` (default: the cell's end)."""
-    chapter = sources.parse(config.CHAPTERS / "en" / "host-device-sync.md")
+MEASURING = "host-device-sync-measuring"  # the sync chapter's section page
+
+
+def _sync_page_code(framework, start, end=None, page="host-device-sync"):
+    """The source of the English sync page's (`page`'s) code cells of `framework` (None:
+    shared), from the line that starts with `start` to the line before `end` (default: the
+    cell's end)."""
+    chapter = sources.parse(config.CHAPTERS / "en" / f"{page}.md")
     for cell in chapter.cells:
         if cell.kind == "code" and cell.framework == framework and re.search(
                 rf"^{re.escape(start)}", cell.source, re.M):
@@ -606,14 +603,16 @@ def test_the_sync_pages_cost_model_splits_a_step_at_its_first_and_last_sync():
     import statistics
     from types import SimpleNamespace
 
-    from d2l_ext import i18n, trace
+    from d2l_ext import i18n, sync_profile, trace
 
     names = {"trace": trace, "collections": collections, "itertools": itertools,
              "statistics": statistics,
              "d2l": SimpleNamespace(message=i18n.message, say=catalogue.say, show=show,
                                    listing=catalogue.listing)}
-    exec(_sync_page_code(None, "def step_split"), names)
-    exec(_sync_page_code(None, "def predicted_ms", "\n\n\nmodel = "), names)
+    names |= {name: getattr(sync_profile, name) for name in
+              ("step_split", "in_order", "mean", "merged", "median")}
+    exec(_sync_page_code(None, "def with_range", "\n\n\nfor note in"), names)
+    exec(_sync_page_code(None, "def predicted_ms", "\n\n\nmodel = ", MEASURING), names)
     E = trace.Event
     step = E("step", "h", 0, 100)
     syncs = [E("nonzero", "h", 10, 10), E("unique", "h", 40, 10), E("nonzero", "h", 60, 2)]
@@ -651,7 +650,7 @@ def _sync_page_gpu_state(on_gpu):
     from types import SimpleNamespace
 
     torch = pytest.importorskip("torch")
-    from d2l_ext import gpu_runs, i18n
+    from d2l_ext import gpu_runs, i18n, sync_profile
     from d2l_ext.utils import Timing, text_table
 
     def terms(syncs, calls, waits, host, device, b, host_b, device_b, launches):
@@ -679,7 +678,7 @@ def _sync_page_gpu_state(on_gpu):
             "fix_speedup": 29.65 / 25.15, "t_host": Timing((0.00645,)),
             "log_timings": {1: Timing((0.02565,)), 4: Timing((0.02531,))},
             "debug_counts": dict(zip(costs, (6, 4, 3, 0))) if on_gpu else None,
-            "mean": statistics.fmean, "text_table": text_table,
+            "mean": statistics.fmean, "text_table": text_table, "sync_profile": sync_profile,
             "LOSS": i18n.message(en="loss", zh="损失函数"),
             "d2l": SimpleNamespace(message=i18n.message, label=i18n.label, gpu_runs=gpu_runs,
                                    say=catalogue.say, figure_text=catalogue.figure_text,
@@ -696,9 +695,13 @@ def test_the_sync_pages_gpu_figures_and_sentences_hold_on_either_device(on_gpu, 
     monkeypatch.delenv("D2L_CAPTURE", raising=False)
     monkeypatch.delenv("D2L_CODE_VERSION", raising=False)
     names = _sync_page_gpu_state(on_gpu)
+    exec(_sync_page_code("torch", "FIGURES = {"), names)
+    main_note = names["kept_note"].en  # the main page's: the CUDA calls it counts
     for start in ("FIGURES = {", "def idle_ms(name):", "def figure(key, value"):
-        exec(_sync_page_code("torch", start), names)
+        exec(_sync_page_code("torch", start, page=MEASURING), names)
     printed = capsys.readouterr().out
+    assert ("made 6 synchronising CUDA calls" in main_note and "H100" in main_note
+            and "no count by operators" in main_note), main_note
     said = {key: names[key].en for key in
             ("count_check", "kept_note", "columns_note", "fix3_split", "miss_note")}
     assert "6/4/3/0" in said["kept_note"] and "H100" in said["kept_note"]
@@ -735,8 +738,10 @@ def test_the_sync_pages_gpu_figures_and_sentences_hold_on_either_device(on_gpu, 
     row = next(x for x in printed.splitlines() if x.startswith("syncs per step"))
     assert row.split()[-2:] == (["6/4/3/0", "6/4/3/0"] if on_gpu else ["–", "6/4/3/0"])
     monkeypatch.setattr(names["d2l"].gpu_runs, "load", lambda chapter: None)
+    exec(_sync_page_code("torch", "FIGURES = {"), names)
+    assert "keeps no count" in names["kept_note"].en
     for start in ("FIGURES = {", "def idle_ms(name):"):
-        exec(_sync_page_code("torch", start), names)
+        exec(_sync_page_code("torch", start, page=MEASURING), names)
     assert "keeps no count" in names["kept_note"].en
     assert ("in this run, " if on_gpu else "keeps no GPU run") in names["fix3_split"].en
 
@@ -792,7 +797,7 @@ def test_the_sync_pages_profiler_overhead_flags_a_version_that_stands_apart(firs
              "d2l": SimpleNamespace(message=i18n.message, paired_verdict=paired_verdict,
                                     false_alarm=false_alarm, say=catalogue.say, show=show,
                                     listing=catalogue.listing)}
-    exec(_sync_page_code(None, "def predicted_ms"), names)
+    exec(_sync_page_code(None, "def predicted_ms", page=MEASURING), names)
     note = names["overhead_note"]
     assert names["by_chance"] == pytest.approx(8 / 220 - 12 / (220 * 84))
     assert names["apart_chance"]([3, 3, 3]) == pytest.approx(6 / 84 - 6 / (84 * 20))
@@ -809,18 +814,12 @@ def test_the_sync_pages_profiler_overhead_flags_a_version_that_stands_apart(firs
 
 
 def test_the_sync_pages_mxnet_waits_are_the_calls_that_ran_a_blocking_operator(tmp_path):
-    """load_events moves a call into MXNet that returned only after an operator with a
+    """sync_profile_mxnet.load_events moves a call into MXNet that returned only after an
+    operator with a
     data-dependent shape ran inside it to the row of waits, named after the operator; a call
     that only queued one (the operator ran later) stays a call."""
-    import dataclasses
-    import types
-
-    from d2l_ext import trace
-
-    stub = types.SimpleNamespace(label=lambda en, zh: en, figure_text=catalogue.figure_text,
-                                 say=catalogue.say)
-    names = {"trace": trace, "dataclasses": dataclasses, "d2l": stub, "ACTIVE": 1}
-    exec(_sync_page_code("mxnet", "BLOCKING_OPS = ", "\nevents = load_events()"), names)
+    pytest.importorskip("mxnet")
+    from d2l_ext import sync_profile_mxnet as names
     api = {"cat": "MXNET_C_API", "pid": 1, "tid": 1}
     raw = [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "cpu/0"}},
            {"ph": "b", "name": "original step 0", "cat": "steps", "id": 9, "ts": 0, "pid": 2},
@@ -839,9 +838,9 @@ def test_the_sync_pages_mxnet_waits_are_the_calls_that_ran_a_blocking_operator(t
            {"ph": "e", "name": "original step 0", "cat": "steps", "id": 9, "ts": 90, "pid": 2}]
     path = tmp_path / "trace.json"
     path.write_text(json.dumps(raw))
-    events = names["load_events"](str(path))
-    waits = names["waits_in"](events, names["recorded_steps"](events, "original"))
+    events = names.load_events(str(path))
+    waits = names.waits_in(events, names.recorded_steps(events, "original"))
     assert [(e.name, e.start_us, e.duration_us) for e in waits] == [
         ("_npi_unique", 10, 30), ("MXNDArraySyncCopyToCPU", 70, 10)]
-    calls = [e for e in events if e.track == names["TRACK"]["calls"]]
+    calls = [e for e in events if e.track == "calls"]
     assert [(e.name, e.start_us) for e in calls] == [("MXImperativeInvokeEx", 50)]

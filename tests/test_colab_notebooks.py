@@ -227,7 +227,7 @@ def test_refill_without_names_re_renders_every_chapter(monkeypatch):
     from pipeline import execute
 
     asked = []
-    monkeypatch.setattr(execute, "refill_all", lambda names, frameworks: asked.append(
+    monkeypatch.setattr(execute, "refill_all", lambda names, frameworks, **kw: asked.append(
         (names, frameworks)))
     assert book.main(["refill"]) == 0
     assert book.main(["refill", "--framework", "mxnet", "memory"]) == 0

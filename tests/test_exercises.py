@@ -56,10 +56,13 @@ def chapter_function(chapter: str, name: str) -> str:
 
 
 def tuning_joined():
-    """The tuning chapter's ``joined`` helper, bound to the stand-in ``d2l``."""
-    names = {"d2l": D2L}
-    exec(chapter_function("tuning-tips", "joined"), names)
-    return names["joined"]
+    """The tuning chapter's ``joined`` helper (``d2l_ext.turns``, which its pages import)."""
+    from d2l_ext import turns
+
+    return turns.joined
+
+
+SWITCHES_PAGE = "tuning-tips-switches"  # the tuning chapter's section page with the switches
 
 
 def run(source: str, answer_line: str, lang: str = "en", framework: str | None = None,
@@ -168,22 +171,22 @@ def test_tuning_exercise_1_cost_model():
                "zh").startswith("正确")
 
 
-def test_tuning_exercise_2_bytes_of_gelu():
-    cell = check_cell("tuning-tips", "exercise 2")
+def test_tuning_switches_exercise_1_bytes_of_gelu():
+    cell = check_cell(SWITCHES_PAGE, "exercise 1")
     assert run(cell, "unfused_bytes, fused_bytes = 44, 8").startswith("Correct")
     assert "Not quite" in run(cell, "unfused_bytes, fused_bytes = 40, 8")
     assert run(cell, "unfused_bytes, fused_bytes = 44, 8", "zh").startswith("正确")
     assert run(cell, "unfused_bytes, fused_bytes = 44.0, 8.0").startswith("Correct")
-    assert run(cell, "unfused_bytes, fused_bytes = None, None").startswith("Exercise 2")
+    assert run(cell, "unfused_bytes, fused_bytes = None, None").startswith("Exercise 1")
 
 
 @pytest.mark.parametrize("framework", ["torch", "mxnet"])
-def test_tuning_exercise_3_what_float16_loses(framework, numpy_too_new):
+def test_tuning_switches_exercise_2_what_float16_loses(framework, numpy_too_new):
     if framework == "mxnet" and numpy_too_new:
         pytest.skip("MXNet 1.9.1 needs numpy < 1.24")
     if framework == "torch":
         pytest.importorskip("torch")
-    cell = check_cell("tuning-tips", "exercise 3")  # one cell: the check knows the framework
+    cell = check_cell(SWITCHES_PAGE, "exercise 2")  # one cell: the check knows the framework
     right = "zero_in_fp16, zero_in_bf16 = {1e-8, 1e-9}, set()"
     assert run(cell, right, framework=framework).startswith("Correct")
     assert run(cell, "zero_in_fp16, zero_in_bf16 = [1e-9, 1e-8], []",
@@ -194,16 +197,14 @@ def test_tuning_exercise_3_what_float16_loses(framework, numpy_too_new):
     assert "1e-09" not in wrong and "1e-08" not in wrong
     assert run(cell, right, "zh", framework=framework).startswith("正确")
     assert run(cell, "zero_in_fp16, zero_in_bf16 = None, None", "zh",
-               framework=framework).startswith("练习 3")
+               framework=framework).startswith("练习 2")
 
 
 def test_tuning_versus_follows_the_ranges():
     """The page's verdicts: faster or slower only when the ranges do not overlap."""
+    from d2l_ext.turns import versus  # the chapter's pages import it
     from d2l_ext.utils import Timing
 
-    names = {"d2l": D2L}
-    exec(check_cell("tuning-tips", "def versus("), names)
-    versus = names["versus"]
     fast, slow, between = Timing((1.0, 1.1, 1.2)), Timing((2.0, 2.1, 2.2)), Timing((1.1, 1.6, 2.1))
     assert versus("a", fast, "b", slow).en.startswith('"a" was faster than "b" in every run')
     assert "(1.91× as fast by the medians)" in versus("a", fast, "b", slow).en  # 2.1 / 1.1
@@ -220,19 +221,24 @@ def test_tuning_versus_follows_the_ranges():
     assert versus(name, fast, "b", slow).zh.startswith("“+ 混合精度，融合”每一次都比“b”快")
 
 
+LADDER_PAGE = "tuning-tips-ladder"  # the tuning chapter's section page with the speed ladder
+
+
 def ladder_cell(marker, lang, **names):
-    """A torch cell of the speed ladder (the one holding ``marker``) run on made-up names."""
+    """A torch cell of the speed ladder's page (the one holding ``marker``) run on made-up
+    names."""
+    from d2l_ext import turns
     from d2l_ext.utils import Timing
 
     d2l = SimpleNamespace(message=message, say=say, figure_text=figure_text, Timing=Timing,
                           show=show)
-    names = {"d2l": d2l, "statistics": __import__("statistics"), **names}
-    exec(chapter_function("tuning-tips", "joined"), names)
+    names = {"d2l": d2l, "statistics": __import__("statistics"), "joined": turns.joined,
+             "both": turns.both, **names}
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("D2L_LANG", lang)
         with contextlib.redirect_stdout(out):
-            exec(check_cell("tuning-tips", marker, "torch"), names)
+            exec(check_cell(LADDER_PAGE, marker, "torch"), names)
     return out.getvalue(), names
 
 
@@ -367,6 +373,9 @@ def test_the_race_to_the_target_says_who_reached_it(lang, debiased):
     assert ("拖住测试准确率的正是初始统计量" in says.zh) == held
     assert "滑动统计量" in says.zh and "；" not in says.zh.split("不过")[0]
     assert "Yet" not in says.en.split("“batch 128”")[0]  # only the rung that trained
+    short = names["race_short"]  # the quick answer: each rung's first sentence only
+    assert short.en.endswith("“batch 128” did not reach 0.9 in every run (best 0.088).")
+    assert "Yet" not in short.en and "“d2l's loop（中）”训练了 32.0 秒" in short.zh
 
 
 def cost_model_verdict(step_medians, probe, spread=1.1, spreads=None, probe_spread=None,
@@ -473,7 +482,10 @@ def test_tuning_mixed_precision_sentence_without_bf16(monkeypatch, capability, b
     def measure_in_turns(functions, repeats=5):
         return {name: Timing((speeds[name],) * repeats) for name in functions}
 
-    names = {"d2l": D2L, "joined": tuning_joined(), "torch": torch, "ladder": ladder,
+    from d2l_ext.turns import versus
+
+    names = {"d2l": D2L, "joined": tuning_joined(), "versus": versus, "torch": torch,
+             "ladder": ladder,
              "tuning": tuning,
              "measure_in_turns": measure_in_turns, "random_batch": lambda b: (None, None),
              "device": SimpleNamespace(type="cuda"), "on_gpu": True, "large": 8, "small": 2,
@@ -481,8 +493,7 @@ def test_tuning_mixed_precision_sentence_without_bf16(monkeypatch, capability, b
              "conv_rates": {"fp32": 1.0, "bf16": 3.0}, "kept_all": lambda *keys: None}
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")  # a CUDA GradScaler made without CUDA disables itself
-        exec(chapter_function("tuning-tips", "versus"), names)  # the collapsed part uses it
-        exec(check_cell("tuning-tips", "def amp_step(", "torch"), names)  # + bf16_says
+        exec(check_cell(SWITCHES_PAGE, "def amp_step(", "torch"), names)  # + bf16_says
     says = names["bf16_says"].en
     assert "nan" not in says
     if bf16_timed:
@@ -517,7 +528,7 @@ def compiled_gelu_sentences(compiled, eager, split=None, copy=(0.1, 0.1, 0.1),
                              "compiled": ms(compiled), "F.gelu": ms(eager)},
              "gelu_split": {k: us(*v) for k, v in (split or {}).items()}}
     with contextlib.redirect_stdout(io.StringIO()):
-        exec(check_cell("tuning-tips", "fusion_speedup = gelu_timing[", "torch"),
+        exec(check_cell(SWITCHES_PAGE, "fusion_speedup = gelu_timing[", "torch"),
              names)  # + compiled_says
     return names
 
@@ -545,20 +556,17 @@ def test_tuning_compiled_gelu_against_f_gelu_says_what_the_run_measured():
     assert "at 80% of the copy's rate: it is memory-bound" in memory["bytes_say"].en
 
 
-@pytest.mark.parametrize("device_type", ["cuda", "cpu"])
-def test_tuning_key_figures_line_up_with_the_books_gpu_run(device_type):
-    """The chapter's key-figure table on made-up values: on a GPU it names every figure the
-    book's GPU record keeps (so the two columns line up), a CPU run leaves out only what a
-    CPU cannot measure; the sentences citing the record quote its machine, date and values,
-    and a GPU run is never told that the book's GPU run is the only one."""
-    pytest.importorskip("torch")
-    from d2l_ext import datasheets, gpu_runs
+def _key_figure_names(device_type):
+    """Made-up values of what the tuning pages' key-figure cells read, and a ``d2l`` whose
+    ``gpu_runs.table`` records the labels it was given (in ``shown``)."""
+    from d2l_ext import datasheets, gpu_runs, tuning_setup
+    from d2l_ext.turns import both, joined
     from d2l_ext.utils import Timing, text_table
 
     shown = {}
 
     def table(chapter, on_gpu, figures):
-        shown.update(on_gpu=on_gpu, labels=[f[0].en for f in figures])
+        shown.update(chapter=chapter, on_gpu=on_gpu, labels=[f[0].en for f in figures])
         with contextlib.redirect_stdout(io.StringIO()):
             return gpu_runs.table(chapter, False, figures)  # checks labels and formats
 
@@ -571,6 +579,7 @@ def test_tuning_key_figures_line_up_with_the_books_gpu_run(device_type):
     rates = {"fp32": 50e12, "bf16": 700e12} | ({"tf32": 350e12} if on_gpu else {})
     sheet = datasheets.for_gpu("NVIDIA H100 80GB HBM3") if on_gpu else None
     names = {"d2l": d2l, "text_table": text_table, "datasheets": datasheets,
+             "tuning_setup": tuning_setup, "joined": joined, "both": both,
              "device": SimpleNamespace(type=device_type), "on_gpu": on_gpu,
              "flops_per_image": 2.7e9, "large": 1024, "batch_size": 256,
              "step_timing": {16: Timing((0.012,) * 3), 256: Timing((0.015,) * 3)},
@@ -586,38 +595,34 @@ def test_tuning_key_figures_line_up_with_the_books_gpu_run(device_type):
              "channels_last_speedup": 1.5, "bandwidth": 3e12, "fusion_speedup": 4.0,
              "compiled_ratio": 1.0, "fused_speedup": 6.0,
              "speedup": {"fp32": 1.0, "bf16": 1.1} | ({"fp16": 1.3} if on_gpu else {})}
-    ladder_results = made_up_ladder(device_type)  # the ladder's figures are kept too
-    from d2l_ext import ladder
-    from d2l_ext.i18n import Text
+    return names, shown
 
-    top = ladder_results[-1]
-    names |= {"first": ladder_results[0], "top": top, "measured": ladder_results,
-              "speedup_ladder": Timing((2.4, 2.2, 2.6)), "target": 0.9,
-              "statistics": __import__("statistics"),
-              "target_runs": [ladder.TargetRun(Text(top.name.en, top.name.zh), s, True, 0.91,
-                                               3.0, 10.0 + s, 4.0) for s in (0, 1)]}
-    exec(chapter_function("tuning-tips", "joined"), names)
-    exec(chapter_function("tuning-tips", "both"), names)
+
+@pytest.mark.parametrize("device_type", ["cuda", "cpu"])
+def test_tuning_key_figures_line_up_with_the_books_gpu_run(device_type):
+    """The main page's key-figure table on made-up values: on a GPU it names every figure the
+    book's GPU record of the page keeps (so the two columns line up), a CPU run leaves out
+    only what a CPU cannot measure; the sentences citing the record quote its machine, date
+    and values, and a GPU run is never told that the book's GPU run is the only one."""
+    pytest.importorskip("torch")
+    from d2l_ext import gpu_runs
+
+    names, shown = _key_figure_names(device_type)
+    on_gpu = device_type == "cuda"
     with contextlib.redirect_stdout(io.StringIO()):
-        for marker in ("datasheet_rows = [", "growth_pair = alike("):  # and its "parts = []"
+        for marker in ("datasheet_rows = [", "gpu_loader_says = d2l.say(", "growth_pair = alike("):
             exec(check_cell("tuning-tips", marker, "torch"), names)
-    record = gpu_runs.load("tuning-tips")
-    kept_labels = {f.en for f in record.figures}
-    assert shown["on_gpu"] is on_gpu
-    assert {"ladder: top of the systems stack (ms per step)",
-            "time to it, top of the stack (training s, median of seeds)"} <= set(shown["labels"])
-    assert ("ladder: rungs whose host took longer than their device" in shown["labels"]) \
-        is on_gpu
+    kept_labels = {f.en for f in gpu_runs.load("tuning-tips").figures}
+    assert shown["chapter"] == "tuning-tips" and shown["on_gpu"] is on_gpu
     if on_gpu:
         assert kept_labels <= set(shown["labels"])
         assert names["gpu_mfu_says"].en.startswith("This run measured it on its own GPU (H100 SXM")
         assert "on this run's gpu" in names["gpu_loader_says"].en.lower()
-        assert names["gpu_bound_says"].en.startswith("This run's own verdict")
         assert "This run is on a GPU" in names["gpu_fixed_says"].en
+        assert names["gpu_bound_says"].en.startswith("This run's own verdict")
     else:
         assert kept_labels - set(shown["labels"]) == {
             "TF32 matrix product (TFLOP/s)", "bf16 / TF32 matrix-product rate",
-            "fp16 autocast step at that batch, speed-up over fp32",
             "MFU at the largest batch, against the datasheet's TF32 peak",
             "MFU at the largest batch, against the datasheet's bf16 peak"}
         assert "kernels per step at the ladder's batch (ms)" not in shown["labels"]
@@ -642,6 +647,37 @@ def test_tuning_key_figures_line_up_with_the_books_gpu_run(device_type):
            "kernels 42.0 ms: the device was busy for nearly all of it" in says.en
     assert "（1 块 NVIDIA H100 80GB HBM3，2026-11-24，PyTorch 2.11.0+cu130）" in says.zh
     assert "1 x " not in says.zh + says.en  # the multiplication sign, not an x
+
+
+@pytest.mark.parametrize("device_type", ["cuda", "cpu"])
+def test_tuning_switches_key_figures_line_up_with_the_books_gpu_run(device_type):
+    """The switches page's key-figure table: on a GPU it names every figure the book keeps
+    from its GPU run of that page; a CPU leaves out fp16 (a CPU times no fp16 autocast). The
+    page's sentence on the record quotes the record's machine, date and values."""
+    pytest.importorskip("torch")
+    from d2l_ext import gpu_runs, tuning_setup
+
+    names, shown = _key_figure_names(device_type)
+    on_gpu = device_type == "cuda"
+    setup = check_cell(SWITCHES_PAGE, "figure_names = {", "torch")
+    start = setup.index("figure_names = {")
+    block = setup[start:setup.index("\nprint(", start)]  # the names and the GPU record
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(block, names)
+        exec(check_cell(SWITCHES_PAGE, 'figures = {"amp batch"', "torch"), names)
+    kept_labels = {f.en for f in gpu_runs.load(SWITCHES_PAGE).figures}
+    assert shown["chapter"] == SWITCHES_PAGE and shown["on_gpu"] is on_gpu
+    if on_gpu:
+        assert kept_labels <= set(shown["labels"])
+    else:
+        assert kept_labels - set(shown["labels"]) == {
+            "fp16 autocast step at that batch, speed-up over fp32"}
+    kept = names["kept_all"]("amp batch", "bf16 step", "fp16 step")
+    assert kept is not None and kept[0] == 1024
+    where = names["record_where"]()
+    assert where.en == "1 × NVIDIA H100 80GB HBM3, 2026-11-24"
+    assert "1 块 NVIDIA H100 80GB HBM3" in where.zh
+    assert tuning_setup.KeptRun(None, names["figure_names"]).all("amp batch") is None
 
 
 def profile_cells() -> str:
@@ -692,10 +728,10 @@ def test_tuning_host_or_device_bound_at_the_ladders_batch(device_type, probe_ms,
 
 # ------------------------------------------------------------ host-device synchronisation
 @pytest.mark.parametrize("framework", ["torch", "mxnet"])
-def test_sync_exercise_1_which_operations_wait(framework):
+def test_sync_measuring_exercise_1_which_operations_wait(framework):
     """The same letters on every machine: the question is about a CUDA device (PyTorch) or
     about MXNet's engine, which queues on a CPU too."""
-    cell = check_cell("host-device-sync", "exercise 1")  # one cell for both frameworks
+    cell = check_cell("host-device-sync-measuring", "exercise 1")  # one cell for both frameworks
     say = {"torch": "a size", "mxnet": "on a CPU too"}[framework]  # each framework's reason
     assert say in run(cell, "syncing = {'c', 'd', 'f'}", framework=framework)
     assert run(cell, "syncing = ['f', 'd', 'c']", framework=framework).startswith("Correct")
@@ -705,26 +741,26 @@ def test_sync_exercise_1_which_operations_wait(framework):
     assert run(cell, "syncing = None", "zh", framework=framework).startswith("练习 1")
 
 
-def test_sync_exercise_2_counting_steps():
-    cell = check_cell("host-device-sync", "exercise 2")
+def test_sync_exercise_1_counting_steps():
+    cell = check_cell("host-device-sync", "exercise 1")
     assert run(cell, "num_steps_answer, num_distinct_answer = 3, 4").startswith("Correct")
     assert "Not quite" in run(cell, "num_steps_answer, num_distinct_answer = 7, 8")
     assert run(cell, "num_steps_answer, num_distinct_answer = 3, 4", "zh").startswith("正确")
     assert run(cell, "num_steps_answer, num_distinct_answer = None, None").startswith(
-        "Exercise 2")
+        "Exercise 1")
 
 
 @pytest.mark.parametrize("framework, counts, right, forgot", [
     ("torch", (6, 0), (7, 1), (6, 0)),  # a CPU, or a CUDA or ROCm GPU
     ("torch", (5, 0), (6, 1), (5, 0)),  # MPS or XPU: the index assignment copies nothing
     ("mxnet", (3, 0), (4, 1), (3, 0))])
-def test_sync_exercise_5_one_more_read(framework, counts, right, forgot):
+def test_sync_exercise_2_one_more_read(framework, counts, right, forgot):
     """The answer is the run's own counts plus the read: PyTorch's index assignment waits on
     a CUDA or ROCm GPU (and sync_points counts it on a CPU, where the host runs the same
     operators) but not on MPS or XPU; MXNet's step_costs counts the waits, float(...)'s
     MXNDArraySyncCopyToCPU among them. The hint gives no numbers; the answer states what the
     cost model expects, not a GPU outcome."""
-    cell = check_cell("host-device-sync", "exercise 5", framework)
+    cell = check_cell("host-device-sync", "exercise 2", framework)
     final = "ignore_index" if framework == "torch" else "no_blocking"
     ran = {"costs": {"original": {"syncs": float(counts[0])}, final: {"syncs": float(counts[1])}},
            "final": final}
@@ -736,7 +772,7 @@ def test_sync_exercise_5_one_more_read(framework, counts, right, forgot):
     assert "Not quite" in run(cell, f"syncs_with_item = {right[::-1]}", **ran)
     assert run(cell, f"syncs_with_item = {right}", "zh", **ran).startswith("正确")
     assert "按成本模型" in run(cell, f"syncs_with_item = {right}", "zh", **ran)
-    assert run(cell, "syncs_with_item = None", "zh", **ran).startswith("练习 5")
+    assert run(cell, "syncs_with_item = None", "zh", **ran).startswith("练习 2")
 
 
 # ------------------------------------------------------------ GPU basics
@@ -893,6 +929,86 @@ def test_communication_scale_exercise_1_scaling_model_with_twice_the_batch():
     assert run(cell, "largest_k, exposed_ms_64 = None, None", "zh").startswith("练习 1")
 
 
+# ------------------------------------------------------------ tuning-tips-ladder
+def test_tuning_ladder_exercise_1_false_alarms_of_six_rounds():
+    """2 x 2^-6 = 1/32 per verdict, 9/32 over 9 verdicts; one side only is named."""
+    cell = check_cell("tuning-tips-ladder", "exercise 1")
+    correct = "chance_per_verdict, expected_false_alarms = 2 * 2**-6, 9 * 2 * 2**-6"
+    assert run(cell, correct).startswith("Correct")
+    assert run(cell, "chance_per_verdict, expected_false_alarms = 0.031, 0.28",
+               "zh").startswith("正确")
+    one_side = run(cell, "chance_per_verdict, expected_false_alarms = 1 / 64, 9 / 64")
+    assert one_side.startswith("Close") and "one side" in one_side
+    wrong = run(cell, "chance_per_verdict, expected_false_alarms = 0.05, 0.45")
+    assert wrong.startswith("Not quite") and "1/32" not in wrong
+    assert run(cell, "chance_per_verdict, expected_false_alarms = None, None",
+               "zh").startswith("练习 1")
+
+
+def test_tuning_ladder_exercise_2_steps_and_epochs_to_pay_for_a_compilation():
+    cell = check_cell("tuning-tips-ladder", "exercise 2")
+    assert run(cell, "steps_to_pay, epochs_to_pay = 20_000, 20_000 / 234").startswith("Correct")
+    assert run(cell, "steps_to_pay, epochs_to_pay = 20000, 86", "zh").startswith("正确")
+    assert "0.002 s" in run(cell, "steps_to_pay, epochs_to_pay = 20, 20 / 234")  # ms for s
+    wrong = run(cell, "steps_to_pay, epochs_to_pay = 20_000, 20")  # epochs of 1,000 steps
+    assert wrong.startswith("Not quite") and "85.5" not in wrong
+    assert run(cell, "steps_to_pay, epochs_to_pay = None, None").startswith("Exercise 2")
+
+
+@pytest.mark.parametrize("device_type", ["cpu", "cuda"])
+@pytest.mark.parametrize("with_ladder", [False, True])
+def test_the_ladder_pages_gpu_figures_and_sentence(device_type, with_ladder, monkeypatch,
+                                                    tmp_path):
+    """The ladder page's GPU cell on made-up rungs: the ladder's figures beside the book's
+    record (its own file), the host-bound count on a GPU only, and a sentence that quotes the
+    record's ladder figures where it has them and says that it lacks them where not."""
+    pytest.importorskip("torch")
+    import json
+
+    from d2l_ext import gpu_runs, ladder
+    from d2l_ext.i18n import Text
+    from d2l_ext.utils import Timing
+
+    monkeypatch.delenv("D2L_CAPTURE", raising=False)
+    monkeypatch.delenv("D2L_CODE_VERSION", raising=False)
+    record = json.loads(gpu_runs.path(LADDER_PAGE).read_text(encoding="utf-8"))
+    assert record["chapter"] == LADDER_PAGE
+    assert [f["en"] for f in record["figures"]] == ["the ladder's batch"]
+    if with_ladder:  # a later GPU run of this page's code, made up
+        record["figures"] += [
+            {"en": "ladder: d2l's loop (ms per step)", "zh": "x", "value": 20.0, "format": ".2f"},
+            {"en": "ladder: top of the systems stack (ms per step)", "zh": "x", "value": 5.0,
+             "format": ".2f"},
+            {"en": "ladder: top over d2l's loop (per-round speed-up, median)", "zh": "x",
+             "value": 3.9, "format": ".2f"}]
+    (tmp_path / f"{LADDER_PAGE}.json").write_text(json.dumps(record), encoding="utf-8")
+    monkeypatch.setattr(gpu_runs, "RECORDS", tmp_path)
+    results = made_up_ladder(device_type)
+    measured = [r for r in results if not r.error]
+    top = measured[-1]
+    runs = [ladder.TargetRun(Text(top.name.en, top.name.zh), s, True, 0.91, 3.0, 10.0 + s, 4.0)
+            for s in (0, 1)]
+    d2l_names = dict(device=SimpleNamespace(type=device_type), batch_size=8, first=results[0],
+                     top=top, measured=measured, speedup_ladder=Timing((2.4, 2.2, 2.6)),
+                     target=0.9, target_runs=runs)
+    d2l = SimpleNamespace(message=message, say=say, figure_text=figure_text, show=show,
+                          gpu_runs=gpu_runs)
+    out, names = ladder_cell('d2l.gpu_runs.table("tuning-tips-ladder"', "en", d2l=d2l,
+                             **d2l_names)
+    assert "ladder: top of the systems stack (ms per step)" in out
+    assert ("ladder: rungs whose host took longer than their device" in out) == \
+        (device_type == "cuda")
+    assert "time to it, top of the stack (training s, median of seeds)" in out
+    says = names["gpu_says"]
+    if with_ladder:
+        assert says.en.startswith("In the book's GPU run (1 × NVIDIA H100 80GB HBM3, "
+                                  "2026-11-24), d2l's loop took 20.00 ms per step")
+        assert "3.90 times as fast" in says.en and "3.90 倍" in says.zh
+    else:
+        assert "came before the page's code recorded the ladder's own figures" in says.en
+        assert "1 块 NVIDIA H100 80GB HBM3，2026-11-24" in says.zh
+
+
 # ------------------------------------------------------------ memory
 def test_memory_sharding_exercise_1_state_in_gb_and_per_process():
     cell = check_cell("memory-sharding", "exercise 1")
@@ -1024,7 +1140,7 @@ def test_unknown_exercises_and_missing_run_variables_raise_clear_errors():
     with pytest.raises(ValueError, match="framework must be one of"):
         exercises.checker("jax")
     with pytest.raises(exercises.ExerciseError, match="pass costs=costs, final=final"):
-        exercises.check("host-device-sync", 5, (7, 1), framework="torch")
+        exercises.check("host-device-sync", 2, (7, 1), framework="torch")
 
 
 def test_the_frameworks_d2l_export_their_check(numpy_too_new):

@@ -488,7 +488,7 @@ def test_multi_gpu_page_shows_the_ddp_loop_under_the_pytorch_tab(page, lang):
     assert page.errors == []
 
 
-@page_check("tuning-tips")
+@page_check("tuning-tips-ladder")
 def test_tuning_page_shows_each_framework_its_own_ladder(page, lang):
     """The speed ladder's code, table and chart sit under the PyTorch tab; MXNet's shorter
     ladder under the MXNet tab; each hides when the other framework is chosen."""

@@ -68,6 +68,11 @@ def test_a_chapter_named_to_execute_or_validate_is_all_of_its_pages(monkeypatch)
     assert execute._chapters([]) == pages  # every page, each once
     with pytest.raises(BookError, match="no chapter named delta"):
         execute._chapters(["delta"])
+    # --page: the pages named alone, a chapter's name its main page; none named: every page
+    assert execute._chapters(["beta", "gamma", "beta"], pages_only=True) == ["beta", "gamma"]
+    assert execute._chapters([], pages_only=True) == pages
+    with pytest.raises(BookError, match="no chapter named delta"):
+        execute._chapters(["delta"], pages_only=True)
     assert toc.with_section_pages(["beta", "alpha", "beta-second"]) == \
         ["beta", "beta-second", "beta-third", "alpha"]
 

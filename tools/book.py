@@ -1,9 +1,9 @@
 """Build the book: chapter sources -> notebooks -> executed notebooks -> pages -> site.
 
-    python tools/book.py execute [--smoke] [--framework F] [CHAPTER ...]
+    python tools/book.py execute [--smoke] [--framework F] [--page] [CHAPTER ...]
     python tools/book.py build        merge the executed notebooks and build both editions
     python tools/book.py check        are the executed notebooks up to date?
-    python tools/book.py refill [--framework F] [CHAPTER ...]
+    python tools/book.py refill [--framework F] [--page] [CHAPTER ...]
                                       after a change of prose only: re-render the notebooks
                                       (prose as plain Jupyter markdown, run-time cell,
                                       metadata) from the sources, keeping the outputs of
@@ -38,12 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("chapters", nargs="*", help="chapter names (default: all)")
     ex.add_argument("--smoke", action="store_true", help="quick reduced run (as CI)")
     ex.add_argument("--framework", choices=FRAMEWORKS)
+    ex.add_argument("--page", action="store_true", help="only the pages named: a chapter's "
+                    "name is its main page, without its section pages")
     sub.add_parser("build", help="build the website into _build/site")
     sub.add_parser("check", help="fail if an executed notebook is missing or stale")
     re_ = sub.add_parser("refill", help="after a change of prose only: re-render the executed "
                                         "notebooks from the sources, keeping their outputs")
     re_.add_argument("chapters", nargs="*", help="chapter names (default: all)")
     re_.add_argument("--framework", choices=FRAMEWORKS)
+    re_.add_argument("--page", action="store_true", help="only the pages named (as execute)")
     se = sub.add_parser("seams", help="where a long chapter could be split into section "
                                       "pages: words per section, state each seam would cut")
     se.add_argument("chapter", help="a chapter name")
@@ -73,11 +76,13 @@ def main(argv: list[str] | None = None) -> int:
             from pipeline.execute import execute_all
 
             execute_all(args.chapters, [args.framework] if args.framework else list(FRAMEWORKS),
-                        args.smoke, log=lambda line: print(line, flush=True))
+                        args.smoke, log=lambda line: print(line, flush=True),
+                        pages_only=args.page)
         elif args.command == "refill":
             from pipeline.execute import refill_all
 
-            refill_all(args.chapters, [args.framework] if args.framework else list(FRAMEWORKS))
+            refill_all(args.chapters, [args.framework] if args.framework else list(FRAMEWORKS),
+                       pages_only=args.page)
         elif args.command == "build":
             from pipeline.site import build
 
@@ -121,7 +126,12 @@ def main(argv: list[str] | None = None) -> int:
 def cli(argv: list[str] | None = None) -> None:
     """Run :func:`main` and exit with its status. After a stop (130) leave at once: the
     stopped kernel's client may still hold sockets that Python's shutdown would trip on."""
-    status = main(argv)
+    try:
+        status = main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the output went to a reader that stopped early (`| head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+        sys.exit(1)
     if status == 130:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -538,9 +538,10 @@ def recover() -> list[Path]:
     return undone
 
 
-def _chapters(names: list[str] | None) -> list[str]:
+def _chapters(names: list[str] | None, pages_only: bool = False) -> list[str]:
     """``names``, checked against the book's pages, a chapter followed by its section
-    pages (``memory`` is all of that chapter); every page if ``names`` is empty."""
+    pages (``memory`` is all of that chapter); every page if ``names`` is empty. With
+    ``pages_only``, the pages named and no others (``memory`` is that chapter's main page)."""
     from pipeline import toc
 
     known = chapter_names()
@@ -548,6 +549,8 @@ def _chapters(names: list[str] | None) -> list[str]:
     if unknown:
         raise BookError(f"no chapter named {', '.join(unknown)}; the chapters are: "
                         + ", ".join(known))
+    if pages_only and names:
+        return list(dict.fromkeys(names))
     return toc.with_section_pages(list(names or known))
 
 
@@ -577,7 +580,7 @@ def _runs_named(runs: list[tuple[str, str]]) -> str:
 
 
 def execute_all(names: list[str] | None, frameworks: list[str], smoke: bool,
-                log=print) -> dict[tuple[str, str], float]:
+                log=print, pages_only: bool = False) -> dict[tuple[str, str], float]:
     """Execute chapters (all if ``names`` is empty) for each framework; seconds per run.
 
     Each run replaces its chapter's notebooks (both languages) when it succeeds. Stopped
@@ -585,7 +588,8 @@ def execute_all(names: list[str] | None, frameworks: list[str], smoke: bool,
     the runs whose notebooks were written and those left unchanged.
     """
     remove_stale_scratch()
-    runs = [(name, framework) for name in _chapters(names) for framework in frameworks]
+    runs = [(name, framework) for name in _chapters(names, pages_only)
+            for framework in frameworks]
     seconds = {}
     with _sigterm_stops():
         for done, (name, framework) in enumerate(runs):
@@ -603,8 +607,10 @@ def execute_all(names: list[str] | None, frameworks: list[str], smoke: bool,
     return seconds
 
 
-def refill_all(names: list[str], frameworks: list[str], log=print) -> None:
-    """:func:`refill` the named chapters' notebooks for each framework."""
-    for name in _chapters(names):
+def refill_all(names: list[str], frameworks: list[str], log=print,
+               pages_only: bool = False) -> None:
+    """:func:`refill` the named chapters' notebooks for each framework (``pages_only``: the
+    named pages alone, as in :func:`execute_all`)."""
+    for name in _chapters(names, pages_only):
         for framework in frameworks:
             log("refilled " + ", ".join(shown(p) for p in refill(name, framework)))

@@ -58,9 +58,12 @@ RESULTS = BENCHMARKS / "results"
 CHAPTER_SECONDS = {
     "async-computation": 180,
     "multi-gpu-concise": 600,  # an H200 run was stopped unfinished after 402 s (2026-11-29)
-    "tuning-tips": 600,  # the ladder: rounds of whole epochs, compilations, time to 0.90
-    # (an estimate: this version of the ladder has not run on a GPU yet)
-    "host-device-sync": 300,
+    "tuning-tips": 300,  # step timings, loaders (the chapter took 600 s before its split)
+    "tuning-tips-switches": 420,  # precisions, layouts, compilations, larger batches
+    "tuning-tips-ladder": 600,  # rounds of whole epochs, compilations, time to 0.90
+    # (estimates: this version of the ladder has not run on a GPU yet)
+    "host-device-sync": 240,
+    "host-device-sync-measuring": 180,
     "gpu-basics": 360,
     "gpu-basics-streams": 240,  # the Hogwild rounds run on the CPU
     "communication": 360,
