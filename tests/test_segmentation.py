@@ -534,13 +534,15 @@ def test_the_pages_direction_counts_only_clear_differences(_no_capture, capsys):
             "sort": [28.8, 28.9, 29.0], "ignore_index": [25.0, 25.03, 25.1]}
     names |= _page_names(timings=timings, first=timings["original"],
                          fixed=["where", "sort", "ignore_index"],
-                         calm={name: [profile(p) for p in ps] for name, ps in calm.items()})
+                         calm={name: [profile(p) for p in ps] for name, ps in calm.items()},
+                         chance=2 * 0.5 ** 5)  # the page's false-alarm chance, 5 rounds
     exec(_page_code(None, "def predicted_ms", page=MEASURING), names)
     printed = capsys.readouterr().out
     assert names["compared"] == ["sort", "ignore_index"] and names["disagree"] == ["sort"]
     assert "disagree on which is faster for sort" in names["direction_verdict"].en
     assert "(its predictions from the two versions' profiles overlap)" in printed  # where
-    assert "sort slower in every round); they disagree on which is faster." in printed
+    assert "sort slower in every round); they disagree on which is faster (" in printed
+    assert "by chance with a probability of 6%" in printed  # the false-alarm chance, stated
     assert "ignore_index faster in every round)." in printed
 
 
