@@ -1,0 +1,158 @@
+"""d2l_ext.transformer: the GPT, its counts, and attention computed three ways."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from torch.nn import functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from d2l_ext import transformer as tf
+
+
+def qkv(b=2, h=3, s=37, d=16, s_k=None, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    s_k = s if s_k is None else s_k
+    return (torch.randn(b, h, s, d, generator=g).to(dtype),
+            torch.randn(b, h, s_k, d, generator=g).to(dtype),
+            torch.randn(b, h, s_k, d, generator=g).to(dtype))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("blocks", [(64, 64), (1, 1), (5, 7), (16, 3), (100, 100)])
+def test_tiled_equals_naive_and_sdpa(causal, blocks):
+    q, k, v = qkv()
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    torch.testing.assert_close(tf.naive_attention(q, k, v, causal), expected)
+    torch.testing.assert_close(tf.tiled_attention(q, k, v, causal, *blocks), expected)
+
+
+@pytest.mark.parametrize("s_k", [5, 50])
+def test_causal_masks_agree_with_sdpa_when_lengths_differ(s_k):
+    q, k, v = qkv(s=20, s_k=s_k)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(tf.naive_attention(q, k, v), expected)
+    torch.testing.assert_close(tf.tiled_attention(q, k, v, block_q=6, block_k=4), expected)
+
+
+def test_tiled_bfloat16_keeps_float32_sums():
+    q, k, v = qkv(s=200, dtype=torch.bfloat16)
+    out = tf.tiled_attention(q, k, v, block_q=32, block_k=32)
+    assert out.dtype == torch.bfloat16
+    reference = tf.naive_attention(q.float(), k.float(), v.float())
+    assert (out.float() - reference).abs().max() < 2e-2
+
+
+def test_tiled_attention_has_gradients_equal_to_naive():
+    q, k, v = (t.requires_grad_() for t in qkv(s=19))
+    tf.tiled_attention(q, k, v, block_q=4, block_k=8).square().sum().backward()
+    tiled = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    tf.naive_attention(q, k, v).square().sum().backward()
+    for got, want in zip(tiled, (q.grad, k.grad, v.grad)):
+        torch.testing.assert_close(got, want)
+
+
+def test_attention_refuses_unknown_ways_and_blocks():
+    q, k, v = qkv(s=4)
+    with pytest.raises(ValueError, match="'naive', 'tiled' or 'sdpa'"):
+        tf.attention(q, k, v, "flash")
+    with pytest.raises(ValueError, match="at least 1"):
+        tf.tiled_attention(q, k, v, block_q=0)
+
+
+@pytest.mark.parametrize("cfg", [tf.GPTConfig(), tf.GPTConfig(vocab=11, seq=7, d=12, heads=3,
+                                                                layers=3)])
+def test_parameter_count_matches_the_module(cfg):
+    model = tf.GPT(cfg)
+    assert sum(p.numel() for p in model.parameters()) == tf.parameter_count(cfg)
+    embeddings = model.tokens.weight.numel() + model.positions.weight.numel()
+    assert tf.parameter_count(cfg, embeddings=False) == tf.parameter_count(cfg) - embeddings
+
+
+def counted_flops(model, idx):
+    with FlopCounterMode(display=False) as counter:
+        _, loss = model(idx, idx)
+        loss.backward()
+    return counter.get_total_flops()
+
+
+def test_training_flops_match_pytorchs_counter():
+    cfg = tf.GPTConfig(vocab=50, seq=24, d=32, heads=4, layers=2)
+    idx = torch.randint(0, cfg.vocab, (3, cfg.seq))
+    flops = counted_flops(tf.GPT(cfg, "naive"), idx)
+    assert flops == 3 * cfg.seq * tf.training_flops_per_token(cfg)
+
+
+def test_pytorchs_counter_misses_sdpa_on_a_cpu():
+    """The CPU kernel of scaled_dot_product_attention has no entry in the counter's registry
+    (torch/utils/flop_counter.py), so the attention term is missing from its total."""
+    cfg = tf.GPTConfig(vocab=50, seq=24, d=32, heads=4, layers=2)
+    idx = torch.randint(0, cfg.vocab, (3, cfg.seq))
+    flops = counted_flops(tf.GPT(cfg, "sdpa"), idx)
+    attention_term = 12 * cfg.layers * cfg.seq * cfg.d
+    assert flops == 3 * cfg.seq * (tf.training_flops_per_token(cfg) - attention_term)
+
+
+def test_the_three_attentions_give_the_same_model_output():
+    cfg = tf.GPTConfig(vocab=20, seq=33, d=24, heads=2, layers=2)
+    torch.manual_seed(0)
+    models = {how: tf.GPT(cfg, how) for how in ("naive", "tiled", "sdpa")}
+    state = models["sdpa"].state_dict()
+    for m in models.values():
+        m.load_state_dict(state)
+    idx = torch.randint(0, cfg.vocab, (2, 30))
+    out = {how: m(idx) for how, m in models.items()}
+    torch.testing.assert_close(out["naive"], out["sdpa"])
+    torch.testing.assert_close(out["tiled"], out["sdpa"])
+
+
+def test_the_model_refuses_long_sequences_and_bad_configs():
+    model = tf.GPT(tf.GPTConfig(seq=8, d=8, heads=2, layers=1, vocab=5))
+    with pytest.raises(ValueError, match="longer than the model's seq=8"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+    with pytest.raises(ValueError, match="multiple of heads"):
+        tf.GPTConfig(d=10, heads=3)
+    with pytest.raises(ValueError, match="at least 1"):
+        tf.GPTConfig(layers=0)
+    with pytest.raises(ValueError, match="dropout"):
+        tf.GPTConfig(dropout=1.0)
+
+
+def test_korthikanti_formula_and_its_parts():
+    s, b, h, a = 2048, 1, 4096, 32
+    # 34·s·b·h from the layer's linear parts, 5·a·s²·b from attention's scores and masks
+    assert tf.activation_bytes_per_layer(s, b, h, a) == 34 * s * b * h + 5 * a * s * s * b
+    assert tf.activation_bytes_per_layer(2 * s, b, h, a) > 2 * tf.activation_bytes_per_layer(
+        s, b, h, a)
+
+
+def test_attention_traffic_tiled_is_linear_in_s_for_a_fixed_block_count():
+    d = 64
+    naive = [tf.attention_traffic(s, d) for s in (512, 1024)]
+    assert naive[1] > 3.7 * naive[0]  # the s² terms dominate
+    # one query block: q, k, v read once, the output written once
+    assert tf.attention_traffic(512, d, block_q=512) == 2 * 4 * 512 * d
+    assert tf.attention_traffic(512, d, block_q=64) < naive[0]
+    with pytest.raises(ValueError):
+        tf.attention_traffic(512, d, block_q=0)
+
+
+def test_tiled_attention_in_threads():
+    q, k, v = qkv(s=40)
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    results = [None] * 4
+
+    def work(i):
+        results[i] = tf.tiled_attention(q, k, v, block_q=8 + i, block_k=5 + i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for r in results:
+        torch.testing.assert_close(r, expected)
