@@ -12,12 +12,15 @@ than one block of scores, the FlashAttention idea) and ``sdpa`` (PyTorch's fused
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from d2l_ext.memory import _storages
 
 Attention = Literal["naive", "tiled", "sdpa"]
 
@@ -45,14 +48,15 @@ class GPTConfig:
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    causal: bool = True) -> torch.Tensor:
-    """Softmax(q kᵀ / √d) v over the last two dimensions, keeping the whole score matrix."""
+                    causal: bool = True, dropout: float = 0.0) -> torch.Tensor:
+    """Softmax(q kᵀ / √d) v over the last two dimensions, keeping the whole score matrix;
+    with ``dropout``, the probabilities are dropped out (in training) before multiplying v."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if causal:  # as scaled_dot_product_attention(is_causal=True): query i sees keys 0..i
         s_q, s_k = scores.shape[-2:]
         mask = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).tril()
         scores = scores.masked_fill(~mask, float("-inf"))
-    return scores.softmax(dim=-1) @ v
+    return F.dropout(scores.softmax(dim=-1), dropout) @ v
 
 
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
@@ -93,14 +97,18 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, how: Attention = "sdpa",
-              causal: bool = True) -> torch.Tensor:
-    """Causal attention computed ``naive``, ``tiled`` or by ``sdpa``."""
+              causal: bool = True, dropout: float = 0.0) -> torch.Tensor:
+    """Causal attention computed ``naive``, ``tiled`` or by ``sdpa``, with ``dropout`` on the
+    probabilities (``tiled`` has none: it refuses a nonzero one)."""
     if how == "naive":
-        return naive_attention(q, k, v, causal)
+        return naive_attention(q, k, v, causal, dropout)
     if how == "tiled":
+        if dropout:
+            raise ValueError("tiled_attention has no dropout: use 'naive' or 'sdpa', or "
+                             "GPTConfig(dropout=0) (or call model.eval())")
         return tiled_attention(q, k, v, causal)
     if how == "sdpa":
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=dropout)
     raise ValueError(f"attention is computed 'naive', 'tiled' or 'sdpa', not {how!r}")
 
 
@@ -118,7 +126,8 @@ class CausalSelfAttention(nn.Module):
         b, s, d = x.shape
         q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2)
                    for t in self.qkv(x).split(d, dim=-1))
-        y = attention(q, k, v, self.how).transpose(1, 2).reshape(b, s, d)
+        p = self.dropout.p if self.training else 0.0
+        y = attention(q, k, v, self.how, dropout=p).transpose(1, 2).reshape(b, s, d)
         return self.dropout(self.proj(y))
 
 
@@ -221,3 +230,49 @@ def attention_traffic(s: int, d: int, block_q: int | None = None, item: int = 2)
     if block_q < 1:
         raise ValueError(f"block_q must be at least 1, got {block_q}")
     return item * (s * d + math.ceil(s / block_q) * 2 * s * d + s * d)
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One tensor an autograd node saved for the backward pass: the node's name (e.g.
+    ``GeluBackward0``), the attribute (``_saved_self``), its shape and type, and the bytes
+    of its storage that no earlier node had saved already (0 for a view of one)."""
+
+    node: str
+    attr: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    nbytes: int
+
+
+def saved_by_node(output: torch.Tensor,
+                  exclude: Iterable[torch.Tensor | nn.Module] = ()) -> list[Saved]:
+    """The tensors saved for the backward pass by each node of ``output``'s autograd graph,
+    in the order the forward pass created the nodes; each storage counts once, at the first
+    node that saved it, and the storages of ``exclude`` (tensors, or modules for their
+    parameters and buffers) count nothing. Sum ``nbytes`` for what the graph keeps alive."""
+    tensors = [t for x in exclude for t in
+               ((*x.parameters(), *x.buffers()) if isinstance(x, nn.Module) else (x,))]
+    counted = {key for t in tensors for key, _ in _storages(t)}
+    nodes, seen, stack = [], set(), [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        nodes.append(node)
+        stack.extend(child for child, _ in node.next_functions)
+    found = []
+    for node in sorted(nodes, key=lambda n: n._sequence_nr()):
+        for attr in sorted(a for a in dir(node) if a.startswith("_saved_")):
+            value = getattr(node, attr)
+            for t in value if isinstance(value, (list, tuple)) else (value,):
+                if not isinstance(t, torch.Tensor):
+                    continue
+                new = 0
+                for key, nbytes in _storages(t):
+                    if key not in counted:
+                        counted.add(key)
+                        new += nbytes
+                found.append(Saved(node.name(), attr, tuple(t.shape), t.dtype, new))
+    return found

@@ -10,6 +10,7 @@ from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from d2l_ext import transformer as tf
+from d2l_ext.memory import SavedTensors
 
 
 def qkv(b=2, h=3, s=37, d=16, s_k=None, dtype=torch.float32, seed=0):
@@ -156,3 +157,52 @@ def test_tiled_attention_in_threads():
         t.join()
     for r in results:
         torch.testing.assert_close(r, expected)
+
+
+def saved_both_ways(block, x):
+    with SavedTensors(exclude=[block, x]) as hooks:
+        y = block(x)
+    return tf.saved_by_node(y, exclude=[block, x]), hooks
+
+
+@pytest.mark.parametrize("how", ["naive", "sdpa"])
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_saved_by_node_agrees_with_the_saved_tensor_hooks(how, dropout):
+    cfg = tf.GPTConfig(seq=16, d=32, heads=4, layers=1, dropout=dropout)
+    block = tf.Block(cfg, how)
+    x = torch.randn(2, 16, 32, requires_grad=True)
+    saved, hooks = saved_both_ways(block, x)
+    # 0-d tensors (a Python number in a division) are saved without passing the hooks
+    assert sum(s.nbytes for s in saved if s.shape) == hooks.nbytes
+    assert all(s.nbytes == 0 for s in saved if s.attr in ("_saved_weight", "_saved_bias"))
+    assert not any(s.node == "NativeLayerNormBackward0" and s.attr == "_saved_input"
+                   and s.nbytes for s in saved[:5])  # the block's input x is excluded
+
+
+def test_saved_by_node_counts_a_storage_once_and_halves_in_bfloat16():
+    cfg = tf.GPTConfig(seq=16, d=32, heads=4, layers=1)
+    block = tf.Block(cfg, "naive")
+    x = torch.randn(2, 16, 32, requires_grad=True)
+    saved32, _ = saved_both_ways(block, x)
+    # the second product saves the softmax's result again: a view of a counted storage
+    softmax = [s for s in saved32 if s.node == "SoftmaxBackward0"][0]
+    again = [s for s in saved32 if s.node == "BmmBackward0" and s.shape[-1] == 16]
+    assert softmax.nbytes == 2 * 4 * 16 * 16 * 4 and again and again[-1].nbytes == 0
+    block16, x16 = block.to(torch.bfloat16), x.detach().bfloat16().requires_grad_()
+    saved16, _ = saved_both_ways(block16, x16)
+    float_bytes = sum(s.nbytes for s in saved32 if s.dtype == torch.float32)
+    assert sum(s.nbytes for s in saved16 if s.dtype == torch.bfloat16) == float_bytes // 2
+
+
+def test_dropout_saves_its_masks_and_tiled_refuses_it():
+    cfg = tf.GPTConfig(seq=16, d=32, heads=4, layers=1, dropout=0.1)
+    x = torch.randn(2, 16, 32, requires_grad=True)
+    with_dropout, _ = saved_both_ways(tf.Block(cfg, "naive"), x)
+    without, _ = saved_both_ways(tf.Block(cfg, "naive").eval(), x)
+    masks = sum(s.nbytes for s in with_dropout) - sum(s.nbytes for s in without)
+    # two masks the size of the block's output (after each residual branch); on the
+    # attention probabilities, a mask and the dropped-out probabilities the product saves
+    assert masks == (2 * (2 * 16 * 32) + 2 * (2 * 4 * 16 * 16)) * 4
+    with pytest.raises(ValueError, match="no dropout"):
+        tf.Block(cfg, "tiled")(x)
+    tf.Block(cfg, "tiled").eval()(x)  # no dropout in evaluation
