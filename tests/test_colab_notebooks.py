@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 from pipeline import config, notebooks, plain, sources  # noqa: E402
 
+from d2l_ext import datasheets, gpu_runs  # noqa: E402
+
 NOTEBOOKS = sorted(p.relative_to(config.NOTEBOOKS).as_posix()
                    for p in config.NOTEBOOKS.glob("*/*/*.ipynb"))
 SITE = config.BUILD / "site"
@@ -130,6 +132,12 @@ def test_the_first_cell_gives_the_run_time_from_the_run_itself(relative):
         assert notebooks.NOT_RECORDED[lang][reason] in first.source
     if "T4" not in str(run.get("gpu", "")):
         assert notebooks.NOT_MEASURED[lang] in first.source  # no T4 run: no T4 figure
+    record = gpu_runs.load(Path(relative).stem) if "/torch/" in relative else None
+    if not (record and record.run.get("seconds")) and not run.get("gpus"):
+        # no GPU run with a time to compare with: the reason, and no number of minutes
+        t4 = first.source.split("T4")[-1]
+        assert notebooks.NOT_ON_T4[lang].format(not_measured=notebooks.NOT_MEASURED[lang]) \
+            in first.source and not re.search(r"\d", t4), first.source
 
 
 def test_run_time_says_not_recorded_or_not_measured_where_no_run_measured_it():
@@ -139,14 +147,65 @@ def test_run_time_says_not_recorded_or_not_measured_where_no_run_measured_it():
     run = dict(gpus=0, cpu="Test CPU", size="full", date="2026-01-01")
     en = notebooks.run_time_cell(cells, run, "torch", "en", "no-such-chapter").source
     assert "On a CPU: about 22 minutes, measured in the run" in en
-    assert "T4 GPU (this notebook asks Colab for a GPU runtime): not measured yet." in en
+    assert ("T4 GPU (this notebook asks Colab for a GPU runtime): not measured yet (the book "
+            "has not run on a T4).") in en
     zh = notebooks.run_time_cell(cells, run, "mxnet", "zh", "no-such-chapter").source
-    assert "约 22 分钟" in zh and "尚未实测" in zh
+    assert ("在 CPU 上约 22 分钟：这是生成本笔记本输出的那次运行从第一个单元格跑到最后一个单元格"
+            "的时间，不含启动笔记本和安装依赖的时间；那次运行的机器只有 CPU（Test CPU），日期为 "
+            "2026-01-01。在 SageMaker Studio Lab 的免费 T4 GPU 上：尚未实测，本书还没有在 T4 上"
+            "运行过。") in zh
+    zh_smoke = notebooks.run_time_cell(cells, dict(run, size="smoke"), "torch", "zh", "x").source
+    assert "在 CPU 上：未记录（" in zh_smoke and "在 Colab 的免费 T4 GPU 上（" in zh_smoke
     smoke = notebooks.run_time_cell(cells, dict(run, size="smoke"), "torch", "en", "x").source
     assert "On a CPU: not recorded" in smoke and "minute" not in smoke
     t4 = dict(run, gpus=1, gpu="Tesla T4", machine="1 x Tesla T4")
     on_t4 = notebooks.run_time_cell(cells, t4, "torch", "en", "x").source
     assert "On a CPU: not recorded" in on_t4 and "runtime): about 22 minutes" in on_t4
+    t4_smoke = dict(t4, size="smoke")
+    untimed = notebooks.run_time_cell(cells, t4_smoke, "torch", "en", "x").source
+    assert "not measured yet (the book's T4 run kept no full-size run time)." in untimed
+
+
+def _record(gpu: str, seconds: float | None) -> gpu_runs.GpuRun:
+    run = dict(gpus=1, gpu=gpu, machine=f"1 x {gpu}", size="full", date="2026-11-24",
+               framework="PyTorch 2.11.0", cpu="Test CPU")
+    if seconds is not None:
+        run["seconds"] = seconds
+    return gpu_runs.GpuRun("x", run, "abc1234", "0" * 16, ())
+
+
+def test_run_time_on_a_t4_compares_the_datasheets_where_another_gpu_run_has_a_time(
+        monkeypatch):
+    """No T4 run: the T4 line gives the time of the chapter's full-size run on another GPU
+    and how a T4's datasheet memory bandwidth and float32 rate compare with that GPU's,
+    never a T4 time; without a timed GPU run, it says why there is nothing to go on."""
+    cells = [nbformat.v4.new_code_cell("x = 1")]
+    run = dict(gpus=0, cpu="Test CPU", size="full", date="2026-01-01", seconds=1300)
+    monkeypatch.setattr(notebooks.gpu_runs, "load",
+                        lambda chapter: _record("NVIDIA H100 80GB HBM3", 200))
+    en = notebooks.run_time_cell(cells, run, "torch", "en", "x").source
+    h100, t4 = datasheets.SHEETS["H100 SXM"], datasheets.SHEETS["T4"]
+    memory, fp32 = round(h100.memory / t4.memory), round(h100.fp32 / t4.fp32)
+    assert (memory, fp32) == (10, 8)
+    assert (f"runtime): not measured yet; the book's run on 1 \u00d7 NVIDIA H100 80GB HBM3 "
+            f"(2026-11-24) took about 3 minutes; a T4 has about 1/{memory} of that GPU's "
+            f"memory bandwidth and about 1/{fp32} of its float32 rate (NVIDIA's datasheets, "
+            "d2l_ext/datasheets.py), so expect it to take longer there.") in en
+    zh = notebooks.run_time_cell(cells, run, "torch", "zh", "x").source
+    assert ("（本笔记本会向 Colab 申请 GPU 运行时）：尚未实测；本书在 1 块 NVIDIA H100 80GB HBM3 "
+            "上的运行（2026-11-24）用了约 3 分钟；按 NVIDIA 的数据手册（d2l_ext/datasheets.py），"
+            f"T4 的显存带宽约为该 GPU 的 1/{memory}，float32 算力约为其 1/{fp32}，"
+            "因此预计在 T4 上用时更长。") in zh
+    # the MXNet notebooks have no GPU record (the records are PyTorch runs)
+    mxnet = notebooks.run_time_cell(cells, run, "mxnet", "en", "x").source
+    assert "(a T4): not measured yet (the book has not run on a T4)." in mxnet
+    monkeypatch.setattr(notebooks.gpu_runs, "load", lambda chapter: _record("Radeon X", 200))
+    other = notebooks.run_time_cell(cells, run, "torch", "en", "x").source
+    assert "took about 3 minutes; the book's datasheet table has no figures" in other
+    monkeypatch.setattr(notebooks.gpu_runs, "load",
+                        lambda chapter: _record("NVIDIA H100 80GB HBM3", None))
+    untimed = notebooks.run_time_cell(cells, run, "torch", "en", "x").source
+    assert "runtime): not measured yet (the book has not run on a T4)." in untimed
 
 
 SAMPLE = """(sec-demo)=

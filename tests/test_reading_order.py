@@ -117,6 +117,10 @@ def test_the_landing_page_gives_the_run_times_the_notebooks_recorded(lang):
             records = [recorded_seconds(page, framework) for page in toc.read()[name]]
             if None in records:  # a GPU or smoke run: no CPU time to compare with
                 continue
+            if len({run["cpu"] for _, run in records}) > 1:  # pages run on different machines
+                assert f"{FRAMEWORK_NAMES[framework]} {book_runtimes.NOT_RECORDED[lang]}" \
+                    in said, said
+                continue
             seconds = sum(seconds for seconds, _ in records)  # the chapter's pages together
             assert _duration(seconds, lang) in said and records[0][1]["cpu"] in said, said
             checked += 1

@@ -510,7 +510,7 @@ def test_tuning_page_shows_each_framework_its_own_ladder(page, lang):
 def test_sync_page_shows_each_framework_its_losses_and_timeline(page, lang):
     page.locator(".book-bar .fw-tab[data-fw=torch]").click()
     fix = page.locator(".tag_torch", has_text="def loss_ignore_index")
-    timeline = page.locator(".tag_torch", has_text="def draw(path, ax, name)")
+    timeline = page.locator(".tag_torch", has_text="empty_rows = {\"original\": sync_profile.draw_last_step(")
     mx_loss = page.locator(".tag_mxnet", has_text="def loss_no_blocking")
     assert fix.is_visible() and timeline.is_visible() and not mx_loss.is_visible()
     assert timeline.locator("img").count() == 1  # the timeline drawn from the trace
@@ -659,8 +659,12 @@ def test_chinese_pages_speak_simplified_chinese_in_the_interface(site_url, path)
     author = CONFIG["author_by_language"]["zh"]
     assert page.select_one(".component-author").get_text(strip=True) == f"作者：{author}"
     prints = page.select("button.btn-download-pdf-button")
-    assert all(button["title"] == "打印为 PDF" for button in prints)
+    assert all(button["title"] == "打印 / 另存为 PDF" for button in prints)  # as book.js labels it
     assert prints or path == "search.html"  # every page but the search page can be printed
+    english = ('title="Link to this heading"', 'title="Link to this image"',
+               'aria-label="Toggle hidden content"')
+    assert [label for label in english if label in str(_html("zh", path))] == []
+    assert len(_html("zh", path).head.find_all("meta", attrs={"name": "viewport"})) == 1
 
 
 @pytest.mark.parametrize("lang", LANGS)
@@ -782,6 +786,54 @@ def test_language_switch_keeps_the_section(phone_or_desktop, site_url, lang):
     page.wait_for_url(f"{site_url}/{lang}/{path}#{ids[-1]}")
     assert page.locator(f"section#{ids[-1]}").count() == 1
     assert page.errors == []
+
+
+#: Old links to sections that moved to a section page when their chapter was split:
+#: (edition, the page the link names, the section, the page that has it now).
+MOVED = [("en", "tuning-tips", "sec-tuning-tips-amp", "tuning-tips-switches"),
+         ("zh", "tuning-tips", "sec-tuning-tips-amp", "tuning-tips-switches"),
+         ("en", "memory", "sec-memory-oom", "memory-oom"),
+         ("zh", "memory", "sec-memory-oom", "memory-oom")]
+IN_VIEW = """id => { const box = document.getElementById(id).getBoundingClientRect();
+    return box.top >= 0 && box.top < window.innerHeight; }"""
+
+
+@pytest.mark.parametrize("lang, old, anchor, new", MOVED)
+def test_a_link_to_a_moved_section_lands_on_its_new_page(page, site_url, lang, old, anchor,
+                                                         new):
+    """An old link to a section of a split chapter lands on the section page that has the
+    section, in the same edition, with the section in view (book.js, book-anchors.js)."""
+    page.goto(f"{site_url}/{lang}/chapters/{old}.html#{anchor}")
+    page.wait_for_url(f"{site_url}/{lang}/chapters/{new}.html#{anchor}")
+    page.wait_for_load_state("load")
+    page.wait_for_function(IN_VIEW, arg=anchor, timeout=10_000)
+    assert page.errors == []
+
+
+def test_a_moved_section_is_followed_within_a_page_and_an_unknown_id_stays(page, site_url):
+    """Following a link within a page (the hash changes) to a section on another page goes
+    there; an id that no page has, or that this page has, leaves the page as it is."""
+    start = f"{site_url}/en/chapters/tuning-tips.html"
+    page.goto(f"{start}#no-such-section")
+    page.wait_for_load_state("load")
+    page.evaluate("() => { location.hash = '#sec-tuning-tips'; }")  # on this page
+    page.wait_for_timeout(300)
+    assert page.url == f"{start}#sec-tuning-tips"
+    page.evaluate("() => { location.hash = '#sec-memory-oom'; }")
+    page.wait_for_url(f"{site_url}/en/chapters/memory-oom.html#sec-memory-oom")
+    assert page.errors == []
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_label_in_the_anchor_map_is_on_its_page(site_url, lang):
+    """The map book.js follows (``_static/book-anchors.js``) names, for each label, a page
+    of the edition that has an element with that id."""
+    script = (SITE / lang / "_static" / "book-anchors.js").read_text(encoding="utf-8")
+    pages = json.loads(re.search(r"window\.BOOK_ANCHORS = (\{.*\});", script)[1])
+    assert "sec-tuning-tips-amp" in pages
+    parsed = {path: _html(lang, f"{path}.html") for path in set(pages.values())}
+    missing = [(i, path) for i, path in pages.items() if parsed[path].find(id=i) is None]
+    assert missing == []
 
 
 @pytest.mark.parametrize("phone_or_desktop", VIEWPORTS, indirect=True)
@@ -918,8 +970,10 @@ def test_a_build_whose_editions_differ_in_headings_stops(tmp_path):
 
 
 def test_description_is_plain_text_of_the_first_paragraph():
-    """Whole sentences of the first paragraph of running text, without formulas or code:
-    a sentence with either ends the description (the first one loses them instead)."""
+    """Whole sentences of the first paragraph of running text, inline code kept as its text:
+    a sentence with a formula ends the description (the first one loses it instead); it
+    starts at the sentence that says what the page does when the ones before it would not
+    fit beside it."""
     from docutils.core import publish_doctree
 
     sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
@@ -931,10 +985,46 @@ def test_description_is_plain_text_of_the_first_paragraph():
 
     text = described("T\n=\n\n.. note:: A note.\n\nCalls such as ``x.item()`` wait. They "
                      "cost time. The cost is :math:`\\alpha + n/\\beta`. More.\n")
-    assert text == "Calls such as wait. They cost time."
+    assert text == "Calls such as x.item() wait. They cost time."
+    assert described("T\n=\n\nFusion by ``torch.compile`` and ``hybridize`` pays.\n") == (
+        "Fusion by torch.compile and hybridize pays.")
+    other = "Chapter Data-Parallel Training on Several GPUs trained ResNet-18 with a loop. "
+    own = ("This page finds out where the time of a training step goes, and whether the data "
+           "loader keeps up, each with a measurement taken on the machine that runs it. ")
+    assert described("T\n=\n\n" + other + own + "More.\n").startswith("This page finds")
+    assert described("T\n=\n\nShort. This chapter opens them up.\n") == (
+        "Short. This chapter opens them up.")
+    zh_other = ("“多 GPU 数据并行训练”一章用 d2l 的训练循环在 Fashion-MNIST 上训练了 ResNet-18，"
+                "本章要让这段训练跑得更快。")
+    zh_own = ("本页打下基础：弄清一个训练步的时间花在哪里，以及数据加载器跟不跟得上，"
+              "每一项都给出在运行本页的机器上实测的结果。")
+    assert described(f"标题\n====\n\n{zh_other}{zh_own}\n") == zh_own
     long = described("T\n=\n\n" + "Word " * 60 + "end. Next sentence.\n")
     assert long.endswith("…") and book_meta.width(long) <= book_meta.DESCRIPTION_WIDTH + 1
     assert described("标题\n====\n\n第一句。第二句，带公式 :math:`x^2`。\n") == "第一句。"
+
+
+def test_printed_tables_keep_their_lines_and_result_tables_fit():
+    """A printed output whose lines align columns with runs of spaces is a text table
+    (book.css keeps it unwrapped); printed sentences are not, and wrap. A result table's
+    column of names is aligned left and its long names may break after "_" and "="."""
+    sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
+    import book_ext
+
+    assert book_ext.is_text_table("name      time\n-----  ----\nmm        3.2 ms\n")
+    assert not book_ext.is_text_table("Exercise 2: set steps_to_pay, then run the cell again.")
+    assert not book_ext.is_text_table("差不到  1%，这是测量之间的噪声")  # one stray double space
+    table = ('<table class="d2l-table">\n<thead><tr><th style="text-align: right">strategy</th>'
+             '<th style="text-align: right">MiB</th></tr></thead>\n<tbody>\n'
+             '<tr><td style="text-align: right">DDP</td>'
+             '<td style="text-align: right">62.5</td></tr>\n'
+             '<tr><td style="text-align: right">FSDP, reshard_after_forward=False</td>'
+             '<td style="text-align: right">39.8</td></tr>\n</tbody>\n</table>')
+    fitted = book_ext.fitting_table(table)
+    assert '<th style="text-align: left">strategy</th>' in fitted
+    assert '<td style="text-align: left">FSDP, reshard_<wbr>after_<wbr>forward=<wbr>False</td>' \
+        in fitted
+    assert '<td style="text-align: right">39.8</td>' in fitted
 
 
 # ---- Figures: numbered, captioned, described in the page's language, enlarged on a tap ----

@@ -29,6 +29,8 @@
       framework: "框架：",
       close: "关闭",
       print: "打印 / 另存为 PDF",
+      // Screen-reader labels that the theme and sphinx-togglebutton write in English.
+      aria: { "Toggle hidden content": "显示或隐藏内容", Main: "主导航", Page: "本页" },
     },
   }[lang];
 
@@ -263,10 +265,38 @@
     });
   }
 
+  // The theme's landmarks and the toggle buttons (made by sphinx-togglebutton when the page
+  // has loaded) are labelled in English in every edition: they get the edition's words.
+  function ariaLabels() {
+    const labels = TEXT.aria || {};
+    Object.keys(labels).forEach((english) => {
+      document.querySelectorAll(`[aria-label="${english}"]`).forEach((el) => {
+        el.setAttribute("aria-label", labels[english]);
+      });
+    });
+  }
+
+  // A link to a section that moved to another page of its chapter (a chapter split into
+  // section pages) lands on the page that has it now, in the same edition: book-anchors.js
+  // (book_ext.py) names each label's page. Nothing happens if the page has the id, or if
+  // no other page has it (so no loop).
+  function followMovedAnchor() {
+    let id = "";
+    try { id = decodeURIComponent(location.hash.slice(1)); } catch (e) { return; }
+    const pages = window.BOOK_ANCHORS || {};
+    if (!id || document.getElementById(id) || !Object.prototype.hasOwnProperty.call(pages, id)
+        || pages[id] === meta("page")) return;
+    location.replace(`${meta("root") || ""}${pages[id]}.html#${encodeURIComponent(id)}`);
+  }
+
   function init() {
+    followMovedAnchor();
+    window.addEventListener("hashchange", followMovedAnchor);
     snippetsWithoutCode();
     enlargeable();
     printLabel();
+    ariaLabels();
+    window.addEventListener("load", ariaLabels);
     try { localStorage.setItem("book-lang", lang); } catch (e) { /* storage blocked */ }
     buildGroups();
     buildBar();

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 
-from d2l_ext import gpu_runs
+from d2l_ext import datasheets, gpu_runs
 from pipeline import config, runinfo, sources
 from pipeline.config import FRAMEWORKS, BookError, repository, shown
 from pipeline.sources import PLACEHOLDER, Chapter, chapters, check_values, prose_for
@@ -107,15 +107,20 @@ def split(chapter: Chapter, framework: str) -> nbformat.NotebookNode:
 
 #: The first cell of every notebook: its run time on a CPU and on a free T4 GPU.
 RUN_TIME = {"en": "**Run time.** On a CPU: {cpu}. On {gpu}: {t4}.",
-            "zh": "**运行时间**。CPU：{cpu}。{gpu}：{t4}。"}
+            "zh": "**运行时间**。在 CPU 上{cpu}。在 {gpu}{t4}。"}
+#: In zh a time follows "在 CPU 上" directly ("在 CPU 上约 1 分钟：这是……"); anything else
+#: after a colon ("在 CPU 上：未记录……").
+ZH_NOT_A_TIME = "："
 FREE_GPU = {"torch": {"en": "a free Colab T4 GPU (this notebook asks Colab for a GPU runtime)",
-                      "zh": "Colab 免费的 T4 GPU（本笔记本会向 Colab 申请 GPU 运行时）"},
+                      "zh": "Colab 的免费 T4 GPU 上（本笔记本会向 Colab 申请 GPU 运行时）"},
             "mxnet": {"en": "a free SageMaker Studio Lab GPU (a T4)",
-                      "zh": "SageMaker Studio Lab 免费的 T4 GPU"}}
+                      "zh": "SageMaker Studio Lab 的免费 T4 GPU 上"}}
 MEASURED = {"en": "{duration}, measured in {which}, from the first cell to the last, without "
                   "the kernel's start or the installation; machine: {machine}, {date}",
-            "zh": "{duration}，按{which}各单元格的时间计算，从第一个单元格到最后一个，"
-                  "不含启动笔记本和安装的时间；机器：{machine}，{date}"}
+            "zh": "{duration}：这是{which}从第一个单元格跑到最后一个单元格的时间，"
+                  "不含启动笔记本和安装依赖的时间；{machine}，日期为 {date}"}
+#: The machine of a measured run in zh: "那次运行的机器只有 CPU（…）" / "那次运行用的是 1 块 …".
+ZH_MACHINE = {"cpu": "那次运行的机器只有 CPU（{cpu}）", "gpu": "那次运行用的是 {machine}"}
 THIS_RUN = {"en": "the run whose outputs this notebook shows", "zh": "生成本笔记本输出的那次运行"}
 GPU_RECORD = {"en": "the book's GPU run", "zh": "本书在 GPU 上的那次运行"}
 NOT_RECORDED = {"en": {"gpu": "not recorded (this notebook's outputs come from a GPU run)",
@@ -126,40 +131,102 @@ NOT_RECORDED = {"en": {"gpu": "not recorded (this notebook's outputs come from a
                        "smoke": "未记录（本笔记本的输出来自缩小规模的冒烟测试运行）",
                        "none": "未记录（这次运行没有保存各单元格的时间）"}}
 NOT_MEASURED = {"en": "not measured yet", "zh": "尚未实测"}
+#: Why: no full-size GPU run with its time (this notebook's or the chapter's GPU record).
+NOT_ON_T4 = {"en": "{not_measured} (the book has not run on a T4)",
+             "zh": "{not_measured}，本书还没有在 T4 上运行过"}
+#: ... or there is a T4 run, but without a full-size time.
+T4_UNTIMED = {"en": "{not_measured} (the book's T4 run kept no full-size run time)",
+              "zh": "{not_measured}，本书在 T4 上的那次运行没有留下完整规模的运行时间"}
+#: What a full-size run on another GPU tells about a T4: its time and the datasheets' ratios.
+OTHER_GPU = {"en": "{not_measured}; the book's run on {machine} ({date}) took {duration}; "
+                   "{comparison}",
+             "zh": "{not_measured}；本书在 {machine} 上的运行（{date}）用了{duration}；"
+                   "{comparison}"}
+T4_RATIOS = {"en": "a T4 has {memory} that GPU's memory bandwidth and {fp32} its float32 "
+                   "rate (NVIDIA's datasheets, d2l_ext/datasheets.py), so {expect}",
+             "zh": "按 NVIDIA 的数据手册（d2l_ext/datasheets.py），T4 的显存带宽约为该 GPU 的 "
+                   "{memory}，float32 算力约为其 {fp32}，因此{expect}"}
+EXPECT = {"en": {"slower": "expect it to take longer there",
+                 "other": "these figures alone do not tell its time there"},
+          "zh": {"slower": "预计在 T4 上用时更长", "other": "仅凭这两个数字推断不出 T4 上的用时"}}
+NO_SHEET = {"en": "the book's datasheet table has no figures for that GPU to compare a T4 with",
+            "zh": "本书的数据手册表中没有该 GPU 的数字，无法与 T4 比较"}
 
 
 def run_time_cell(cells: list[nbformat.NotebookNode], run: dict, framework: str, lang: str,
                   chapter: str) -> nbformat.NotebookNode:
     """The notebook's first cell: how long it runs on a CPU, as the run whose outputs it holds
     measured it (its cells' own timestamps), and on a free T4 GPU, from a full-size run on a
-    T4 (this one, or the chapter's GPU record) where one exists: "not recorded" / "not
-    measured yet" otherwise, never a guess."""
+    T4 (this one, or the chapter's GPU record) where one exists. Otherwise "not recorded" /
+    "not measured yet", never a guess: with the time of a full-size run on another GPU and
+    how a T4's datasheet figures compare with that GPU's (:func:`on_another_gpu`) where
+    there is one, else with the reason (the book has not run on a T4)."""
     seconds = run_seconds(cells, run)
     full = run.get("size") == "full" and seconds is not None
 
-    def measured(duration: float, which: str, machine: str, date: str) -> str:
+    def measured(duration: float, which: str, on: dict) -> str:
+        machine = runinfo.machine_name(on, lang)
+        if lang == "zh":
+            machine = (ZH_MACHINE["gpu"].format(machine=machine) if on.get("gpus")
+                       else ZH_MACHINE["cpu"].format(cpu=on.get("cpu")))
         return MEASURED[lang].format(duration=_duration(duration, lang), which=which,
-                                     machine=machine, date=date)
+                                     machine=machine, date=on["date"])
+
+    def not_a_time(text: str) -> str:
+        return ZH_NOT_A_TIME + text if lang == "zh" else text
 
     if full and not run.get("gpus"):
-        cpu = measured(seconds, THIS_RUN[lang], runinfo.machine_name(run, lang), run["date"])
+        cpu = measured(seconds, THIS_RUN[lang], run)
     else:
         reason = ("gpu" if run.get("gpus") else "smoke" if run.get("size") == "smoke"
                   else "none")
-        cpu = NOT_RECORDED[lang][reason]
-    t4 = NOT_MEASURED[lang]
+        cpu = not_a_time(NOT_RECORDED[lang][reason])
     record = gpu_runs.load(chapter) if framework == "torch" else None
+    timed = record is not None and record.run.get("seconds") and \
+        record.run.get("size") == "full" and record.run.get("gpus")
     if full and run.get("gpus") and "T4" in str(run.get("gpu", "")):
-        t4 = measured(seconds, THIS_RUN[lang], runinfo.machine_name(run, lang), run["date"])
-    elif record is not None and "T4" in str(record.run.get("gpu", "")) \
-            and record.run.get("seconds") and record.run.get("size") == "full":
-        t4 = measured(record.run["seconds"], GPU_RECORD[lang],
-                      runinfo.machine_name(record.run, lang), record.run["date"])
+        t4 = measured(seconds, THIS_RUN[lang], run)
+    elif timed and "T4" in str(record.run.get("gpu", "")):
+        t4 = measured(record.run["seconds"], GPU_RECORD[lang], record.run)
+    elif full and run.get("gpus"):
+        t4 = not_a_time(on_another_gpu(seconds, run, lang))
+    elif timed:
+        t4 = not_a_time(on_another_gpu(record.run["seconds"], record.run, lang))
+    else:
+        on_t4 = "T4" in str(run.get("gpu", "")) or (
+            record is not None and "T4" in str(record.run.get("gpu", "")))
+        t4 = not_a_time((T4_UNTIMED if on_t4 else NOT_ON_T4)[lang].format(
+            not_measured=NOT_MEASURED[lang]))
     cell = nbformat.v4.new_markdown_cell(
         RUN_TIME[lang].format(cpu=cpu, gpu=FREE_GPU[framework][lang], t4=t4))
     cell.id = "run-time"
     cell.metadata["d2l_ext"] = {"role": "run-time"}
     return cell
+
+
+def on_another_gpu(seconds: float, run: dict, lang: str) -> str:
+    """The T4 line where only a full-size run on another GPU has a time: not measured on a
+    T4, that run's time, and how a T4's datasheet memory bandwidth and float32 rate compare
+    with that GPU's (no T4 time is made up from them: a notebook's time is not one rate)."""
+    theirs, t4 = datasheets.for_gpu(str(run.get("gpu", ""))), datasheets.SHEETS["T4"]
+    if theirs is None:
+        comparison = NO_SHEET[lang]
+    else:
+        memory, fp32 = t4.memory / theirs.memory, t4.fp32 / theirs.fp32
+        comparison = T4_RATIOS[lang].format(
+            memory=_share(memory, lang), fp32=_share(fp32, lang),
+            expect=EXPECT[lang]["slower" if max(memory, fp32) < 0.8 else "other"])
+    return OTHER_GPU[lang].format(not_measured=NOT_MEASURED[lang],
+                                  machine=runinfo.machine_name(run, lang), date=run["date"],
+                                  duration=_duration(seconds, lang), comparison=comparison)
+
+
+def _share(ratio: float, lang: str) -> str:
+    """A T4's figure as a share of another GPU's: ``about 1/10 of`` (``1/10``), ``about 1.2
+    times`` (``1.2 倍``)."""
+    if ratio < 0.8:
+        return f"1/{round(1 / ratio)}" if lang == "zh" else f"about 1/{round(1 / ratio)} of"
+    return f"{ratio:.1f} 倍" if lang == "zh" else f"about {ratio:.1f} times"
 
 
 def run_seconds(cells: list[nbformat.NotebookNode], run: dict) -> float | None:

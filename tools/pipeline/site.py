@@ -22,7 +22,7 @@ from pipeline import config
 from pipeline.config import FRAMEWORKS, LANGUAGES, BookError, book_config
 from pipeline.notebooks import notebook_path, stale
 from pipeline.pages import merge
-from pipeline.plain import FIGURE_NUMBER
+from pipeline.plain import FIGURE_NUMBER, targets
 from pipeline.sources import chapters
 
 MATHJAX_BUNDLE = "tex-chtml.js"  # the one bundle sphinx-mathjax-offline's pages load
@@ -62,6 +62,7 @@ def write_edition(lang: str) -> Path:
     sphinx["config"]["book_section_ids_write" if lang == REFERENCE_LANGUAGE
                      else "book_section_ids_read"] = ids
     sphinx["config"]["html_static_path"] = [str(config.STATIC)]
+    sphinx["config"]["book_anchor_pages"] = anchor_pages(lang)
     sphinx.setdefault("local_extensions", {})["book_ext"] = str(config.SPHINX_EXT)
     (src / "_config.yml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     shutil.copy(config.ROOT / "_toc.yml", src / "_toc.yml")
@@ -72,6 +73,13 @@ def write_edition(lang: str) -> Path:
     for chapter in chapters(lang):
         nbformat.write(merge(chapter), src / "chapters" / f"{chapter.name}.ipynb")
     return src
+
+
+def anchor_pages(lang: str) -> dict[str, str]:
+    """Each label of the edition (``(label)=`` and figure names, the ids its pages give
+    them) -> the page that has it (``chapters/NAME``): a link to a section that moved to
+    another page when its chapter was split into section pages lands there (``book.js``)."""
+    return {label: f"chapters/{target.page}" for label, target in sorted(targets(lang).items())}
 
 
 def prune_mathjax(static: Path) -> None:

@@ -12,6 +12,7 @@ It also makes the Chinese edition's search find in-text terms (:class:`ChineseSe
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -71,6 +72,7 @@ def _page_context(app, pagename: str, templatename: str, context: dict, doctree)
     cfg = app.config
     up = "../" * pagename.count("/")
     meta = {"lang": cfg.book_lang, "other-lang": cfg.book_other_lang,
+            "page": pagename, "root": up,
             "other-lang-url": f"{up}../{cfg.book_other_lang}/{pagename}.html"}
     slug = cfg.html_theme_options.get("repository_url", "").rstrip("/").split("github.com/")[-1]
     branch = cfg.html_theme_options.get("repository_branch", "main")
@@ -143,6 +145,86 @@ def _index_without_formulas(app) -> None:
     app.builder.index_page = index_page_without_formulas
 
 
+#: A gap of two or more spaces between words: a column of a fixed-width text table.
+ALIGNED = re.compile(r"\S {2,}\S")
+#: The class of a printed output that is a text table (book.css keeps its lines unwrapped;
+#: printed sentences wrap).
+TEXT_TABLE = "text-table"
+
+
+def is_text_table(text: str) -> bool:
+    """Whether a printed output is a fixed-width table (a profiler's, MXNet's C API dump,
+    aligned timings): two or more of its lines align columns with runs of spaces. A
+    sentence has single spaces, so printed prose can wrap on a narrow screen."""
+    return sum(bool(ALIGNED.search(line)) for line in text.splitlines()) >= 2
+
+
+_ROW = re.compile(r"<tr>(.*?)</tr>", re.S)
+_CELL = re.compile(r'<(td|th) style="text-align: (left|right)">(.*?)</\1>', re.S)
+#: A cell that reads as a name, not a number: it starts with a letter and has two in a row.
+_NAME = re.compile(r"^\s*[^\W\d_](?=.*[^\W\d_]{2})", re.S)
+
+
+def fitting_table(table: str) -> str:
+    """A ``d2l-table`` made to fit a column where it can: a column of names (every body cell
+    starts with a letter) aligned left, as text reads, and each cell's text allowed to break
+    after "_" and "=" (``reshard_after_forward=False`` would otherwise set the width of its
+    column and push the table past the text's width). The numbers stay right-aligned."""
+    rows = [_CELL.findall(row) for row in _ROW.findall(table)]
+    body = [row for row in rows if row and row[0][0] == "td"]
+    names = {i for i in range(max((len(r) for r in body), default=0))
+             if all(i < len(r) and _NAME.match(r[i][2]) for r in body)}
+
+    def cell(match: re.Match, column: list[int]) -> str:
+        tag, align, text = match.groups()
+        i = column[0]
+        column[0] += 1
+        if i in names:
+            align = "left"
+        text = re.sub(r"(?<=[_=])(?=\w)", "<wbr>", text)
+        return f'<{tag} style="text-align: {align}">{text}</{tag}>'
+
+    def row(match: re.Match) -> str:
+        column = [0]
+        return "<tr>" + _CELL.sub(lambda m: cell(m, column), match.group(1)) + "</tr>"
+
+    return _ROW.sub(row, table)
+
+
+def _fit_output_tables(app, doctree, docname: str) -> None:
+    """Mark printed text tables (TEXT_TABLE) and fit the HTML result tables
+    (:func:`fitting_table`)."""
+    for block in doctree.findall(nodes.literal_block):
+        classes = block.get("classes", [])
+        if "output" in classes and is_text_table(block.astext()):
+            classes.append(TEXT_TABLE)
+    for raw in list(doctree.findall(nodes.raw)):
+        if "html" in raw.get("format", "").split() and 'class="d2l-table"' in raw.astext():
+            fitted = re.sub(r'<table class="d2l-table">.*?</table>',
+                            lambda m: fitting_table(m.group(0)), raw.astext(), flags=re.S)
+            raw.replace_self(nodes.raw(fitted, fitted, **raw.non_default_attributes()))
+
+
+ANCHORS_JS = "book-anchors.js"
+
+
+def _anchors_script(app) -> None:
+    """Pages load ``_static/book-anchors.js``, which tells ``book.js`` the page of each
+    label (``book_anchor_pages``, set by tools/pipeline/site.py), where there are labels."""
+    if app.config.book_anchor_pages:
+        app.add_js_file(ANCHORS_JS)
+
+
+def _write_anchors(app, exception) -> None:
+    pages = app.config.book_anchor_pages
+    if exception is None and pages and app.builder.format == "html":
+        static = Path(app.outdir) / "_static"
+        static.mkdir(parents=True, exist_ok=True)
+        (static / ANCHORS_JS).write_text(
+            "// Each label's page (tools/pipeline/site.py anchor_pages), read by book.js.\n"
+            f"window.BOOK_ANCHORS = {json.dumps(pages, sort_keys=True)};\n", encoding="utf-8")
+
+
 def setup(app):
     book_sections.setup(app)
     book_meta.setup(app)
@@ -153,9 +235,13 @@ def setup(app):
     app.add_config_value("book_lang", "en", "html")
     app.add_config_value("book_other_lang", "zh", "html")
     app.add_config_value("book_root", ".", "html")
+    app.add_config_value("book_anchor_pages", {}, "html")
     app.add_js_file("book.js")
     app.add_css_file("book.css")
     app.connect("html-page-context", _page_context)
     app.connect("builder-inited", _index_without_formulas)
+    app.connect("builder-inited", _anchors_script)
+    app.connect("doctree-resolved", _fit_output_tables)
+    app.connect("build-finished", _write_anchors)
     app.connect("html-page-context", _download_notebooks_only, priority=502)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,11 +1,11 @@
 """What a page tells search engines and link previews, and its "report a problem" link.
 
-Every page gets a meta description (its first paragraph as plain text, without formulas or
-code), OpenGraph tags, ``<link rel="alternate" hreflang>`` to the same page in both
-editions and, when the site's address is configured (``html.baseurl`` in ``_config.yml``),
-absolute URLs and a canonical link (Sphinx writes that one from ``html_baseurl``). The
-footer of every page links a new issue in the repository set in ``_config.yml``, in the
-page's language, prefilled with the page's title and address.
+Every page gets a meta description (its first paragraph as plain text, without formulas, from
+the sentence that says what the page does), OpenGraph tags, ``<link rel="alternate"
+hreflang>`` to the same page in both editions and, when the site's address is configured
+(``html.baseurl`` in ``_config.yml``), absolute URLs and a canonical link (Sphinx writes that
+one from ``html_baseurl``). The footer of every page links a new issue in the repository set
+in ``_config.yml``, in the page's language, prefilled with the page's title and address.
 """
 
 from __future__ import annotations
@@ -26,22 +26,28 @@ DEFAULT_LANG = "en"
 #: About what search engines show, in columns (a Chinese character takes two); one sentence
 #: may run longer.
 DESCRIPTION_WIDTH = 200
-HIDDEN = "\0"  # stands for a formula or code in a paragraph's text
+HIDDEN = "\0"  # stands for a formula in a paragraph's text
+#: A sentence that says what the page (or its chapter) does; a description starts there when
+#: the sentences before it (about another chapter, say) would not fit beside it.
+OWN_OPENING = re.compile(r"(This|this) (page|chapter)\b|本页|本章")
 
 REPORT = {
     "en": {"link": "Report a problem with this page",
            "title": "Problem on the page “{title}”",
            "body": "Page: {url}\n\nWhat is wrong, and where on the page:\n"},
     "zh": {"link": "报告本页的问题",
-           "title": "页面问题：{title}",
+           "title": "【页面问题】{title}",
            "body": "页面：{url}\n\n问题是什么，在页面的哪个位置：\n"},
 }
 
 
 def _text(node: nodes.Node) -> str:
-    """The text of ``node`` with every formula and piece of code replaced by HIDDEN."""
-    if isinstance(node, (nodes.math, nodes.literal, nodes.raw, nodes.footnote_reference)):
+    """The text of ``node`` with every formula replaced by HIDDEN (inline code keeps its
+    text: "fusion by ``torch.compile``" must not read "fusion by")."""
+    if isinstance(node, (nodes.math, nodes.raw, nodes.footnote_reference)):
         return HIDDEN
+    if isinstance(node, nodes.literal):
+        return node.astext()
     if isinstance(node, nodes.Text):
         return node.astext()
     return "".join(_text(child) for child in node.children)
@@ -49,8 +55,9 @@ def _text(node: nodes.Node) -> str:
 
 def _tidy(text: str) -> str:
     """``text`` without HIDDEN marks and the punctuation they leave stranded."""
+    gap = rf"[\s,;，；、{HIDDEN}]*"
+    text = re.sub(rf"[(（]{gap}{HIDDEN}{gap}[)）]", "", text)  # brackets left empty
     text = re.sub(rf"\s*{HIDDEN}\s*", " ", text)
-    text = re.sub(r"[(（]\s*[,;，；、\s]*\s*[)）]", "", text)
     text = re.sub(r"\s+([,.;:!?，。；：])", r"\1", text)
     return " ".join(text.split())
 
@@ -67,13 +74,17 @@ def _sentences(text: str) -> list[str]:
 def description(doctree: nodes.document) -> str:
     """The page's first paragraph of running text (not in a note, cell or framework block),
     as plain text: whole sentences up to about DESCRIPTION_WIDTH columns, stopping before
-    a sentence with a formula or code."""
+    a sentence with a formula, and starting at the first sentence that says what the page
+    or chapter does ("This page …", "本页……") when the ones before it would crowd it out."""
     for paragraph in doctree.findall(nodes.paragraph):
         if not isinstance(paragraph.parent, nodes.section):
             continue
         sentences = _sentences(" ".join(_text(paragraph).split()))
         if not sentences or not _tidy(sentences[0]):
             continue
+        own = next((i for i, s in enumerate(sentences) if OWN_OPENING.match(s.lstrip())), 0)
+        if own and width(_tidy(" ".join(sentences[:own + 1]))) > DESCRIPTION_WIDTH:
+            sentences = sentences[own:]
         kept = [sentences[0]]
         for sentence in sentences[1:]:
             joined = " ".join([*kept, sentence])
@@ -97,7 +108,11 @@ def _cut(text: str, columns: int) -> str:
     cut = text[:end]
     if end < len(text) and " " in cut and not text[end].isspace() and width(text[end]) == 1:
         cut = cut.rsplit(" ", 1)[0]
-    return cut.rstrip(",;:，；： ") + "…"
+    # at the end of a clause where one ends in the last third ("…, fusion by…" reads badly)
+    clause = max(cut.rfind(mark) for mark in (", ", "; ", "，", "；", "、"))
+    if clause > len(cut) * 2 // 3:
+        cut = cut[:clause]
+    return cut.rstrip(",;:，；：、 ") + "…"
 
 
 def report_url(repository: str, title: str, body: str) -> str:
@@ -183,10 +198,18 @@ def report_link(app, pagename: str, context: dict, doctree) -> str:
             f'target="_blank" rel="noopener">{html.escape(text["link"])}</a></p>\n')
 
 
+VIEWPORT = re.compile(r'<meta name="viewport"[^>]*>\s*')
+
+
 def page_context(app, pagename: str, templatename: str, context: dict, doctree) -> None:
-    """Add the head tags and the footer's report link to a page."""
-    context["metatags"] = context.get("metatags", "") + head_tags(app, pagename, context,
-                                                                   doctree)
+    """Add the head tags and the footer's report link to a page. Sphinx's layout has its
+    viewport tag: the one docutils adds to the page's tags goes (templates/layout.html drops
+    the theme's). The landing page, whose title is the book's, is not titled twice."""
+    metatags = VIEWPORT.sub("", context.get("metatags", ""))
+    context["metatags"] = metatags + head_tags(app, pagename, context, doctree)
+    title = html.unescape(re.sub(r"<[^>]+>", "", context.get("title") or "")).strip()
+    context["book_title_once"] = (pagename == app.config.root_doc
+                                  and title == (context.get("docstitle") or "").strip())
     report = report_link(app, pagename, context, doctree)
     if report:
         context["theme_extra_footer"] = report + (context.get("theme_extra_footer") or "")

@@ -22,7 +22,7 @@ from sphinx import locale
 UI_STRINGS: dict[str, dict[str, dict[str, str]]] = {
     "zh": {
         "booktheme": {  # sphinx-book-theme
-            "Print to PDF": "打印为 PDF",
+            "Print to PDF": "打印 / 另存为 PDF",  # the label book.js gives the item
             "Source repository": "源代码仓库",
         },
         "sphinx": {  # pydata-sphinx-theme's templates and Sphinx's own
@@ -31,9 +31,21 @@ UI_STRINGS: dict[str, dict[str, dict[str, str]]] = {
             "Toggle primary sidebar": "显示或隐藏导航栏",  # templates/toggle-*.html
             "Toggle secondary sidebar": "显示或隐藏本页目录",
             "© Copyright %(copyright)s.": "© %(copyright)s 版权所有。",
+            "Link to this heading": "链接到此标题",  # Sphinx's permalinks' tooltips
+            "Link to this image": "链接到此图",
+            "Link to this table": "链接到此表",
+            "Link to this code": "链接到此代码",
+            "Link to this equation": "链接到此公式",
+            "Link to this definition": "链接到此定义",
         },
     },
 }
+#: Labels for screen readers that the themes and extensions write in English whatever the
+#: language (MyST-NB's and sphinx-togglebutton's "Toggle hidden content", the theme's
+#: navigation landmarks): replaced in the page's body here, and by book.js in the theme's
+#: frame and in what scripts add.
+ARIA_LABELS = {"zh": {"Toggle hidden content": "显示或隐藏内容", "Main": "主导航",
+                      "Page": "本页"}}
 #: The search box's placeholder per language (Jupyter Book's default is English only).
 SEARCH_BAR_TEXT = {"en": "Search this book...", "zh": "搜索本书……"}
 #: MyST-NB's prompts on a collapsed cell ("Show code cell source"), per language: its
@@ -91,6 +103,16 @@ def _search_bar_prompts_and_templates(app, config) -> None:
     config.templates_path = [str(TEMPLATES), *config.templates_path]
 
 
+def _aria_labels(app, pagename: str, templatename: str, context: dict, doctree) -> None:
+    labels = ARIA_LABELS.get(app.config.book_lang, {})
+    body = context.get("body")
+    if labels and isinstance(body, str):
+        for english, own in labels.items():
+            body = body.replace(f'aria-label="{english}"', f'aria-label="{own}"')
+        context["body"] = body
+
+
 def setup(app) -> None:
     app.connect("config-inited", _search_bar_prompts_and_templates)
+    app.connect("html-page-context", _aria_labels)
     app.connect("builder-inited", _override_catalogs)
