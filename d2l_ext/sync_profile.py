@@ -3,8 +3,10 @@ chapter and its section page host-device-sync-measuring share these).
 
 The trace rules read the events of :func:`d2l_ext.trace.load_trace` only, so they run on any
 machine; the profiling helpers import PyTorch when they are called. The MXNet counterparts
-live in :mod:`d2l_ext.sync_profile_mxnet`; the cost helpers here (``step_split`` and what
-follows it) serve both frameworks::
+live in :mod:`d2l_ext.sync_profile_mxnet`; the run sizes (:func:`run_sizes`), the cost
+helpers (``step_split`` and what follows it) and the drawing helpers (:func:`draw_timeline`,
+which draws rows of intervals, and what follows it; matplotlib is imported when they draw)
+serve both frameworks::
 
     from d2l_ext import sync_profile
     syncs = sync_profile.sync_points(events)   # the operators that wait on a CUDA GPU
@@ -14,13 +16,14 @@ follows it) serve both frameworks::
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import itertools
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from d2l_ext import catalogue, trace
-from d2l_ext.i18n import Text, message
+from d2l_ext.i18n import Text, label, message
 from d2l_ext.utils import Timing
 
 #: Operators whose result's size or value the host needs: each waits on a CUDA or ROCm GPU.
@@ -46,6 +49,32 @@ RUNTIME = ("cuda_runtime", "cuda_driver")
 DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 #: The phases of a step that :func:`train_step` labels.
 PHASES = ("forward", "loss", "backward", "update")
+#: The colours that shade a step's span B, and a GPU's idle gap after a synchronisation.
+SPAN_B_COLOR, IDLE_COLOR = "#f2c94c", "#eb5757"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSizes:
+    """The sizes of one run of the chapter's pages: ``batch_size`` images of ``size`` ×
+    ``size`` pixels, ``num_steps`` timed steps, ``active`` profiled steps per profile, and
+    ``rounds`` of timings."""
+
+    batch_size: int
+    size: int
+    num_steps: int
+    active: int
+    rounds: int
+
+
+def run_sizes(on_accelerator: bool, smoke: bool = False) -> RunSizes:
+    """The sizes of both pages' runs: on a GPU (any accelerator) a batch of 32 images of
+    256×256 and 50 timed steps; on a CPU 2 images of 32×32 and 20 steps, a size at which the
+    host's share of a step is not negligible; a tiny run for the tests if ``smoke``."""
+    if smoke:
+        return RunSizes(batch_size=1, size=8, num_steps=1, active=1, rounds=2)
+    if on_accelerator:
+        return RunSizes(batch_size=32, size=256, num_steps=50, active=5, rounds=5)
+    return RunSizes(batch_size=2, size=32, num_steps=20, active=5, rounds=5)
 
 
 # --- the trace rules (PyTorch traces) ---------------------------------------------------------
@@ -216,6 +245,156 @@ def kept_run(kept) -> Text:
     return message(
         en=f"the book's GPU run ({machine_en}, {run['framework']}, {run['date']}{earlier_en})",
         zh=f"本书在 GPU 上的运行（{machine_zh}，{run['framework']}，{run['date']}{earlier_zh}）")
+
+
+# --- drawing timelines (both frameworks) ------------------------------------------------------
+
+def _drawn(name: str) -> str:
+    """A row's name as a figure draws it: a :class:`~d2l_ext.i18n.Text` in the reader's
+    language where matplotlib can draw it (:func:`d2l_ext.i18n.label`), else as it is."""
+    return label(en=name.en, zh=name.zh) if isinstance(name, Text) else str(name)
+
+
+def draw_timeline(events: Iterable[trace.Event], ax, rows: Mapping[str, str],
+                  start_us: float, end_us: float,
+                  text: Callable[[trace.Event], str] | None = None,
+                  spans: Iterable[tuple[float, float]] = (), color: str = SPAN_B_COLOR,
+                  alpha: float = 0.35, title: str | None = None, fontsize: float = 10):
+    """Draw ``events`` as bars on one row per key of ``rows`` (each event's ``track`` is the
+    key of its row; ``rows`` maps it to the row's name, drawn in the reader's language), from
+    ``start_us`` to ``end_us`` (:func:`d2l_ext.trace.plot_timeline`); ``text(event)`` (the
+    event with its key as track) writes a bar's text. Each span ``(start_us, end_us)`` of
+    ``spans`` is shaded in ``color``; ``title`` goes above. The axes."""
+    names = {key: _drawn(name) for key, name in rows.items()}
+    events = [e for e in events if e.track in names]
+    shown = [dataclasses.replace(e, track=names[e.track]) for e in events]
+    keyed = {id(s): e for s, e in zip(shown, events)}
+    trace.plot_timeline(shown, ax=ax, tracks=list(names.values()), start_us=start_us,
+                        end_us=end_us,
+                        text=None if text is None else lambda s: text(keyed.get(id(s), s)))
+    for begin, end in spans:
+        ax.axvspan((begin - start_us) / 1000, (end - start_us) / 1000, color=color,
+                   alpha=alpha, zorder=0)
+    if title is not None:
+        ax.set_title(title, fontsize=fontsize)
+    return ax
+
+
+def step_row(event: dict) -> str | None:
+    """The row of a raw event of a PyTorch trace on a step's timeline: ``"phases"`` (a phase
+    that :func:`train_step` labels), ``"waits"`` (a runtime call that waits or copies) or
+    ``"device"`` (a kernel or copy); None: left out. (The syncing operators, ``"syncs"``, are
+    found by :func:`sync_points`.)"""
+    category, name = event.get("cat"), event.get("name", "")
+    if category == "user_annotation" and name in PHASES:
+        return "phases"
+    if category in RUNTIME and name in WAITING_CALLS:
+        return "waits"
+    if category in DEVICE_WORK:
+        return "device"
+    return None
+
+
+def launched_in(path: str, start_us: float, end_us: float) -> set[tuple[str, float]]:
+    """The device work launched by host calls from ``start_us`` to ``end_us`` in the trace at
+    ``path``, as (name, start) pairs: :mod:`d2l_ext.gputrace` links each kernel and copy to
+    the call that launched it."""
+    from d2l_ext import gputrace
+
+    links = gputrace.launches(gputrace.read(path), start_us=start_us, end_us=end_us)
+    return {(link.work.name, link.work.start_us) for link in links}
+
+
+def draw_last_step(path: str, ax, rows: Mapping[str, str],
+                   text: Callable[[trace.Event], str] | None = None,
+                   title: str | None = None) -> list[str]:
+    """Draw the last profiled step of the PyTorch trace at ``path`` on ``ax``, with the device
+    work it launched (to its end), its span B shaded (from the end of its first
+    synchronisation to the end of its last), on the rows ``rows`` (keys ``"phases"``,
+    ``"syncs"``, ``"waits"``, ``"device"``: their names), as :func:`draw_timeline` does; the
+    keys of the rows left empty."""
+    raw = trace.load_trace(path)
+    last = profiled_steps(raw)[-1]
+    syncs = sync_points([e for e in raw if last.start_us <= e.start_us < last.end_us])
+    own = launched_in(path, last.start_us, last.end_us)
+    events = [e for e in trace.load_trace(path, track=step_row)
+              if e.track != "device" or (e.name, e.start_us) in own]
+    events += [trace.Event(e.name, "syncs", e.start_us, e.duration_us, e.category)
+               for e in syncs]
+    end_us = max([last.end_us] + [e.end_us for e in events if e.track == "device"])
+    spans = [(syncs[0].end_us, syncs[-1].end_us)] if len(syncs) > 1 else []
+    draw_timeline(events, ax, rows, last.start_us, end_us, text, spans, title=title)
+    return [key for key in rows
+            if not any(e.track == key and e.end_us > last.start_us and e.start_us < end_us
+                       for e in events)]
+
+
+def gpu_trace_row(e) -> str | None:
+    """The row of an event of a shipped GPU trace (:func:`d2l_ext.gputrace.load`):
+    ``"waits"`` (a host's runtime call that waits or copies), ``"calls"`` (its other runtime
+    calls) or ``"device"`` (the GPU's kernels and copies); None: left out."""
+    from d2l_ext import gputrace
+
+    if e.kind == "runtime" and not e.on_device:
+        return "waits" if e.name in gputrace.SYNC_CALLS + gputrace.COPY_CALLS else "calls"
+    if e.kind in gputrace.WORK_KINDS:
+        return "device"
+    return None
+
+
+def innermost_op(call, events: Iterable, width: int = 26) -> str:
+    """The name of the innermost host operator (else annotation) of a GPU trace's ``events``
+    around the host call ``call``, cut to its last ``width`` characters; "–" for none."""
+    around = [e for e in events if e.kind in ("op", "annotation") and not e.on_device
+              and e.start_us <= call.start_us and call.end_us <= e.end_us]
+    ops = [e for e in around if e.kind == "op"] or around
+    if not ops:
+        return "–"
+    name = min(ops, key=lambda e: e.duration_us).name
+    return name if len(name) <= width else "…" + name[-(width - 1):]
+
+
+def draw_gpu_syncs(events: Sequence, syncs: Sequence, ax, rows: Mapping[str, str],
+                   kernel: str = "kernel", title: str | None = None):
+    """Draw the synchronisations ``syncs`` (:func:`d2l_ext.gputrace.syncs`) of a GPU trace's
+    ``events`` on ``ax``, on the rows ``rows`` (keys of :func:`gpu_trace_row`: their names),
+    the GPU's idle gap after each shaded in red; a kernel's bar says ``kernel``, a copy its
+    kind, a call its name. The axes."""
+    from d2l_ext import gputrace
+
+    if not syncs:
+        raise ValueError("no synchronisations to draw")
+    t1 = 20 + max(s.call.end_us if s.idle_end_us is None else s.idle_end_us for s in syncs)
+    t0 = syncs[0].call.start_us - 0.3 * (t1 - syncs[0].call.start_us)
+    on_rows = [trace.Event(e.name, gpu_trace_row(e), e.start_us, e.duration_us, e.category)
+               for e in events if gpu_trace_row(e)]
+    gaps = [(s.call.end_us, min(s.idle_end_us, t1)) for s in syncs
+            if s.idle_end_us is not None and s.idle_end_us > s.call.end_us]
+
+    def bar_text(e: trace.Event) -> str:
+        if gputrace.classify(e.category) == "kernel":
+            return kernel
+        return e.name.split(" (")[0]
+
+    return draw_timeline(on_rows, ax, rows, t0, t1, bar_text, gaps, color=IDLE_COLOR,
+                         alpha=0.25, title=title, fontsize=8)
+
+
+def draw_step_times(timings: Mapping, xlabel: str, ax=None):
+    """A bar per timing of ``timings`` (name: :class:`~d2l_ext.utils.Timing` of seconds per
+    step), its median in milliseconds, with the range of its timings, the first name on top;
+    ``xlabel`` under the axis. The axes (on a new figure if ``ax`` is None)."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 0.4 * len(timings) + 1))
+    names = list(timings)[::-1]
+    medians = [timings[n].median * 1e3 for n in names]
+    ax.barh(names, medians, color="#0a7d91",
+            xerr=[[m - timings[n].min * 1e3 for n, m in zip(names, medians)],
+                  [timings[n].max * 1e3 - m for n, m in zip(names, medians)]])
+    ax.set_xlabel(xlabel)
+    return ax
 
 
 # --- profiling with PyTorch -------------------------------------------------------------------

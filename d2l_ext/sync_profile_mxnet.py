@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import mxnet as mx
 from mxnet import autograd, gluon, init, np, npx
@@ -212,3 +212,24 @@ def step_costs(events: Sequence[trace.Event], name: str) -> dict:
                 [e.name for e in waits_in(events, steps[:1])]),
             "launches": len(engine) / len(steps),
             **sync_profile.step_split(steps, waits, waits, engine, end)}
+
+
+def draw_steps(events: Sequence[trace.Event], name: str, ax, rows: Mapping[str, str],
+               text: Callable[[trace.Event], str] | None = None,
+               title: str | None = None) -> list[str]:
+    """Draw the recorded steps of the loss ``name`` (:func:`load_events`) on ``ax``, the span B
+    of each step shaded (from the end of its first wait to the end of its last), on the rows
+    ``rows`` (the keys of :data:`ROWS`: their names), as
+    :func:`d2l_ext.sync_profile.draw_timeline` does; the keys of the rows left empty within
+    the steps."""
+    begin, end = window(events, name)
+    steps = recorded_steps(events, name)
+    spans = []
+    for step in steps:
+        waits = waits_in(events, [step])
+        if len(waits) > 1:
+            spans.append((waits[0].end_us, waits[-1].end_us))
+    sync_profile.draw_timeline(events, ax, rows, begin, end, text, spans, title=title)
+    return [key for key in rows
+            if not any(e.track == key and any(s.start_us <= e.start_us < s.end_us
+                                               for s in steps) for e in events)]

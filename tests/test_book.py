@@ -423,14 +423,15 @@ SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab m
         ("torch.accelerator.current_accelerator()", "torch.nonzero(", "torch.unique(",
          "sync_profile.profile_steps(", "record_function(", "sync_profile.step_costs(",
          "export_chrome_trace(", 'sort_by="self_cpu_time_total"', "trace.load_trace(",
-         "trace.plot_timeline(", "torch.where(", "torch.count_nonzero(", "ignore_index=IGNORE",
+         "sync_profile.draw_last_step(", "torch.where(", "torch.count_nonzero(",
+         "ignore_index=IGNORE",
          "torch.where(mask)", "torch.nonzero_static(", "output_size=total", ".item() / log_every",
          "d2l.measure(", 'set_sync_debug_mode("warn")', 'set_sync_debug_mode("error")',
          "pageable.copy_(x, non_blocking=True)", "sync_profile.sync_points(",
          "def predicted_ms("),
         ("np.unique(", "mx.profiler.set_config(", "mx.profiler.Task(", "dump(finished=False)",
          'dumps(reset=True, sort_by="total")', "np.where(", "np.sort(", "def loss_sort(",
-         "sync_profile_mxnet.load_events(", "trace.plot_timeline(",
+         "sync_profile_mxnet.load_events(", "sync_profile_mxnet.draw_steps(",
          "sync_profile_mxnet.step_costs(", "d2l.measure(", "float(running) / log_every",
          "def predicted_ms(")),
     "gpu-basics": (
@@ -580,16 +581,18 @@ MEASURING = "host-device-sync-measuring"  # the sync chapter's section page
 
 
 def _sync_page_code(framework, start, end=None, page="host-device-sync"):
-    """The source of the English sync page's (`page`'s) code cells of `framework` (None:
-    shared), from the line that starts with `start` to the line before `end` (default: the
-    cell's end)."""
+    """The source of the English sync page's (`page`'s) code cell of `framework` (None:
+    shared) that has a line starting with `start`, with its collapsed presentation
+    (page_cells.cell_with_presentation), from that line to the line before `end` (default:
+    the end)."""
+    from page_cells import cell_with_presentation
+
     chapter = sources.parse(config.CHAPTERS / "en" / f"{page}.md")
-    for cell in chapter.cells:
-        if cell.kind == "code" and cell.framework == framework and re.search(
-                rf"^{re.escape(start)}", cell.source, re.M):
-            code = cell.source[re.search(rf"^{re.escape(start)}", cell.source, re.M).start():]
-            return code if end is None else code[:code.index(end)]
-    raise AssertionError(f"no {framework} cell of the sync page has {start!r}")
+    code = cell_with_presentation(chapter.cells, start, framework)  # with its hidden cells
+    found = re.search(rf"^{re.escape(start)}", code, re.M)
+    assert found, f"no line of the {framework} cell with {start!r} starts with it"
+    code = code[found.start():]
+    return code if end is None else code[:code.index(end)]
 
 
 def test_the_sync_pages_cost_model_splits_a_step_at_its_first_and_last_sync():

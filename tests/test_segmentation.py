@@ -312,7 +312,7 @@ def test_the_chapters_a100_cell_tables_every_sync_and_names_its_source(lang, mon
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from d2l_ext import catalogue, gputrace, i18n, trace
+    from d2l_ext import catalogue, gputrace, i18n, sync_profile, trace
     from d2l_ext.utils import show, text_table
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -322,11 +322,13 @@ def test_the_chapters_a100_cell_tables_every_sync_and_names_its_source(lang, mon
     monkeypatch.delenv("D2L_CAPTURE", raising=False)
     monkeypatch.setattr(i18n, "cjk_font", lambda: None)
     chapter = sources.parse(config.CHAPTERS / "en" / "host-device-sync.md")
-    cell = [c.source + "\n" + chapter.cells[i + 1].source  # its table and sources
+    cell = [c.source + "\n" + chapter.cells[i + 1].source  # the traces read
+            + "\n" + chapter.cells[i + 2].source  # their table, sources and figure
             for i, c in enumerate(chapter.cells)
             if c.kind == "code" and c.framework is None and "A100_ROWS = {" in c.source]
     assert len(cell) == 1
-    names = {"gputrace": gputrace, "trace": trace, "plt": plt, "text_table": text_table,
+    names = {"gputrace": gputrace, "trace": trace, "sync_profile": sync_profile, "plt": plt,
+             "text_table": text_table,
              "d2l": SimpleNamespace(message=i18n.message, label=i18n.label, say=catalogue.say,
                                     figure_text=catalogue.figure_text, show=show)}
     out = io.StringIO()

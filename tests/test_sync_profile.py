@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from d2l_ext import sync_profile
+from d2l_ext import sync_profile, trace
 from d2l_ext.trace import Event
 
 torch = pytest.importorskip("torch")
@@ -23,6 +23,15 @@ def _op(name, start, duration, track="host"):
 
 def _step(i, start, duration):
     return Event(f"ProfilerStep#{i}", "host", start, duration, "user_annotation")
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 # --- the trace rules, on made-up events -------------------------------------------------------
@@ -133,6 +142,88 @@ def test_kept_value_and_kept_run_read_a_gpu_record(monkeypatch):
         assert record is None or sync_profile.kept_run(record).en.startswith("the book's GPU")
 
 
+# --- the sizes and the drawings ---------------------------------------------------------------
+
+def test_run_sizes_grow_from_smoke_to_cpu_to_gpu():
+    smoke, cpu, gpu = (sync_profile.run_sizes(False, smoke=True), sync_profile.run_sizes(False),
+                       sync_profile.run_sizes(True))
+    assert sync_profile.run_sizes(True, smoke=True) == smoke
+    assert (cpu.batch_size, cpu.size, cpu.num_steps) == (2, 32, 20)
+    assert (gpu.batch_size, gpu.size, gpu.num_steps) == (32, 256, 50)
+    for field in ("batch_size", "size", "num_steps", "active", "rounds"):
+        assert getattr(smoke, field) <= getattr(cpu, field) <= getattr(gpu, field)
+
+
+def test_draw_timeline_draws_rows_of_intervals_with_an_empty_row_and_odd_sizes():
+    plt = _plt()
+    events = [Event("forward", "a", 0, 40), Event("loss", "a", 40, 0),  # zero length
+              Event("kernel", "b", 10, 5), Event("late", "b", 500, 10),  # out of the window
+              Event("other", "not a row", 0, 100)]
+    fig, ax = plt.subplots(figsize=(1.3, 0.7))  # a tiny figure
+    texts = []
+    rows = {"a": "row a", "b": "row b", "c": "row c"}  # c: no event
+    out = sync_profile.draw_timeline(events, ax, rows, 0, 100,
+                                     text=lambda e: texts.append(e.track) or e.name,
+                                     spans=[(20, 30), (60, 60)], title="odd")
+    assert out is ax and ax.get_title() == "odd" and len(ax.patches) == 2
+    assert trace.row_names(ax) == ["row a", "row b", "row c"]
+    assert set(texts) <= {"a", "b"}  # the text function sees the rows' keys
+    assert any(t.get_text() == "no events" for t in ax.texts)
+    fig.canvas.draw()
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    sync_profile.draw_timeline([], ax, {"a": "row a"}, 5, 5)  # nothing, in an empty window
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_draw_timeline_names_the_rows_in_the_language_asked(monkeypatch, lang):
+    from d2l_ext import i18n
+
+    plt = _plt()
+    monkeypatch.setenv("D2L_LANG", lang)
+    monkeypatch.delenv("D2L_CAPTURE", raising=False)
+    monkeypatch.setattr(i18n, "cjk_font", lambda: "DejaVu Sans")  # as if it drew Chinese
+    rows = {"a": i18n.Text("host", "主机"), "b": "plain"}
+    with plt.rc_context():
+        fig, ax = plt.subplots()
+        sync_profile.draw_timeline([Event("x", "a", 0, 10)], ax, rows, 0, 10)
+        plt.close(fig)
+    assert sorted(trace.row_names(ax)) == sorted(["host" if lang == "en" else "主机", "plain"])
+
+
+def test_draw_gpu_syncs_draws_a_shipped_traces_syncs_and_the_idle_gaps():
+    from d2l_ext import gputrace
+
+    plt = _plt()
+    events = gputrace.load("event_sync_a100")
+    syncs = gputrace.syncs(events)
+    rows = {"waits": "waits", "calls": "calls", "device": "device"}
+    fig, ax = plt.subplots(figsize=(6, 2))
+    out = sync_profile.draw_gpu_syncs(events, syncs[:4], ax, rows, kernel="K", title="t")
+    gaps = [s for s in syncs[:4] if s.idle_end_us is not None and s.idle_end_us > s.call.end_us]
+    assert out is ax and ax.get_title() == "t" and len(ax.patches) == len(gaps)
+    assert sorted(trace.row_names(ax)) == ["calls", "device", "waits"]
+    assert {sync_profile.gpu_trace_row(e) for e in events} <= {None, *rows}
+    plt.close(fig)
+    names = {sync_profile.innermost_op(s.call, events) for s in syncs}
+    assert names and all(len(n) <= 26 for n in names)
+    with pytest.raises(ValueError, match="no synchronisations"):
+        sync_profile.draw_gpu_syncs(events, [], ax, rows)
+
+
+def test_draw_step_times_draws_one_bar_per_timing_the_first_on_top():
+    from d2l_ext.utils import Timing
+
+    plt = _plt()
+    timings = {"a": Timing((0.002, 0.003, 0.004)), "b": Timing((0.001,))}
+    ax = sync_profile.draw_step_times(timings, "ms per step")
+    bars = [p for p in ax.patches if p.get_width() > 0]
+    assert [round(b.get_width(), 6) for b in bars] == [1.0, 3.0]  # b below, a on top
+    assert ax.get_xlabel() == "ms per step"
+    plt.close(ax.figure)
+
+
 # --- real CPU profiles ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -165,6 +256,13 @@ def test_step_costs_count_each_variants_syncs_in_a_cpu_profile(training, tmp_pat
     assert len(costs["B"]) == 2 and costs["waits"] == [0.0, 0.0]  # a CPU: nothing waits
     assert costs["sync_calls"] == 0 and costs["launches"] == 0
     assert (costs["B"][0] > 0) == (syncs > 1)
+    fig, ax = _plt().subplots(figsize=(5, 2))
+    rows = {"phases": "phases", "syncs": "syncs", "waits": "waits", "device": "device"}
+    empty = sync_profile.draw_last_step(path, ax, rows, title=variant)
+    assert empty == (["waits", "device"] if syncs else ["syncs", "waits", "device"])
+    assert trace.row_names(ax) == list(rows.values())  # in the order of `rows`
+    assert ax.get_title() == variant and len(ax.patches) == (syncs > 1)  # B shaded
+    _plt().close(fig)
 
 
 def test_sync_points_find_an_element_assignment_not_a_slice_in_a_cpu_profile(tmp_path):
@@ -239,6 +337,13 @@ for name, loss_fn in smx.LOSSES.items():
     counts = {name: smx.step_costs(events, name)["syncs"] for name in smx.LOSSES}
     assert counts == {"original": 3, "sort": 2, "no_blocking": 0}
     assert str(smx.step_costs(events, "original")["order"]).startswith("_npi_unique")
+    fig, axes = _plt().subplots(2, 1, figsize=(6, 4))
+    rows = {key: key.upper() for key in smx.ROWS}
+    assert "waits" not in smx.draw_steps(events, "original", axes[0], rows, title="original")
+    assert "waits" in smx.draw_steps(events, "no_blocking", axes[1], rows)
+    assert trace.row_names(axes[0]) == list(rows.values())
+    assert len(axes[0].patches) == 2 and not axes[1].patches  # B shaded in each step
+    _plt().close(fig)
     with pytest.raises(ValueError, match="no recorded step"):
         smx.window(events, "absent")
     with pytest.raises(ValueError, match="at least one"):
