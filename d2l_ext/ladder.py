@@ -980,6 +980,9 @@ class TargetRun:
     #: where the target was not reached: the test accuracy at the end with BatchNorm's
     #: running statistics freed of their start values (:meth:`Runner.debiased_accuracy`)
     debiased_accuracy: float = float("nan")
+    #: whether the compiler's counters moved in its warm-up (``False`` for a compiled rung
+    #: that reused code compiled earlier in the process)
+    compiled: bool = False
 
 
 def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.device,
@@ -989,7 +992,12 @@ def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.d
     """Train each of ``rungs[i]`` for ``i`` in ``chosen`` from fresh weights, once per seed,
     until the test accuracy, read every ``every`` of an epoch (untimed), reaches ``target``
     or ``max_epochs`` pass. Training time is timed between barriers, chunk by chunk; the
-    warm-up's extra cost (compilation, autotuning, recording) is reported apart."""
+    warm-up's extra cost (compilation, autotuning, recording) is reported apart.
+
+    A compiled rung run after :func:`run` in the same process finds its code already compiled:
+    a fresh model of the same class passes the guards of what Dynamo compiled for the ladder's
+    rung, so the warm-up compiles nothing and the one-off cost is near zero.
+    :attr:`TargetRun.compiled` says whether the compiler's counters moved in the warm-up."""
     device = d2l.as_device(device)
     n = _training_images(rungs, num_train)
     out = []
@@ -998,7 +1006,9 @@ def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.d
         for seed in seeds:
             runner = Runner(rung, opts, device, n, num_test, seed, num_epochs=max_epochs)
             with runner.flags():
+                before = compiler_events()
                 warm_seconds, warm_steps = _warm_up(runner, device)
+                compiled = bool(_moved(before, compiler_events()))
                 chunk = max(1, round(runner.steps_per_epoch * every))
                 done, timed, timed_steps, acc = warm_steps, 0.0, 0, 0.0
                 limit = max_epochs * runner.steps_per_epoch
@@ -1024,7 +1034,7 @@ def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.d
             one = TargetRun(rung.title, seed, acc >= target, acc, done / runner.steps_per_epoch,
                             timed + warm_steps * per_step,
                             max(0.0, warm_seconds - warm_steps * per_step), done,
-                            train_acc, debiased)
+                            train_acc, debiased, compiled)
             runner._batches = None
             out.append(one)
             if verbose:
@@ -1263,17 +1273,17 @@ def plot(results: Sequence[RungResult], ax=None):
     ax.set_xscale("log")
     ax.set_xlabel(label(en="milliseconds per step (log scale): wall time (median, range over "
                            "rounds)" + (" and the device's time" if any(split) else ""),
-                        zh="每步毫秒数（对数刻度）：挂钟时间（中位数，各遍的范围）"
+                        zh="每步毫秒数（对数坐标）：挂钟时间（中位数，各遍的范围）"
                            + ("与设备时间" if any(split) else "")))
     handles = [Patch(color=COLORS[k], label=label(en=f"wall, {KINDS[k][0]}",
-                                                  zh=f"挂钟，{KINDS[k][1]}"))
+                                                  zh=f"{KINDS[k][1]}台阶（挂钟时间）"))
                for k in KINDS if any(r.kind == k for r in shown)]
     if any(split):
-        handles.append(Patch(color="#cccccc", label=label(en="device", zh="设备")))
+        handles.append(Patch(color="#cccccc", label=label(en="device", zh="设备时间")))
     if any(r.bound == "host" for r in shown):
         handles.append(Patch(facecolor="#cccccc", edgecolor="#444444", hatch="//",
                              label=label(en="device, host-bound rung",
-                                         zh="设备，受主机限制的台阶")))
+                                         zh="设备时间（受主机限制的台阶）")))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.15),
               ncol=2, frameon=False, fontsize=8)
     return ax

@@ -14,12 +14,12 @@ The module imports no framework at import time: each function imports its own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from d2l_ext.catalogue import say
-from d2l_ext.i18n import Text
+from d2l_ext.i18n import Text, label
 
 
 @dataclass(frozen=True)
@@ -195,3 +195,26 @@ class KeptRun:
         return say("tuning-tips/gpus-gpu-date", gpus=run["gpus"], gpu=run["gpu"],
                    date=run["date"])
 
+
+
+# ---------------------------------------------------------------- the learning-rate figure
+#: The schedules :func:`plot_lr` names in its legend: (English, Chinese).
+SCHEDULES = {"constant": ("constant", "恒定"), "linear": ("linear", "线性"),
+             "cosine": ("cosine", "余弦"), "gluon cosine": ("cosine (Gluon)", "余弦（Gluon）")}
+
+
+def plot_lr(rates: Mapping[str, Sequence[float]], ax=None):
+    """The learning rate against the step, one line per schedule of ``rates`` (a name of
+    :data:`SCHEDULES`, its legend text in the reader's language; any other name as it is);
+    returns the axes."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 2.5))
+    for name, values in rates.items():
+        en, zh = SCHEDULES.get(name, (name, name))
+        ax.plot(list(values), label=label(en=en, zh=zh))
+    ax.set_xlabel(label(en="step", zh="步"))
+    ax.set_ylabel(label(en="learning rate", zh="学习率"))
+    ax.legend()
+    return ax

@@ -360,6 +360,28 @@ def test_time_to_target_counts_training_only_and_keeps_the_one_off_apart(monkeyp
     assert run.one_off == pytest.approx(2.0)
 
 
+def test_time_to_target_says_whether_the_warm_up_compiled(monkeypatch):
+    """A compiled rung run after the ladder in the same process may reuse its code: the run
+    records whether the compiler's counters moved in its warm-up."""
+    from torch._dynamo.utils import counters
+
+    CLOCK.now = 0.0
+    monkeypatch.setattr(ladder, "Runner", FakeRunner)
+    monkeypatch.setattr(ladder.time, "perf_counter", CLOCK)
+    monkeypatch.setattr(ladder, "_training_images", lambda rungs, n: 64)
+    warm_ups = iter([True, False])
+
+    def warm_up(runner, device):
+        if next(warm_ups):
+            counters["stats"]["unique_graphs"] += 1  # this warm-up compiled a graph
+        return 0.1, 3
+
+    monkeypatch.setattr(ladder, "_warm_up", warm_up)
+    rung = ladder.Rung("compiled", "systems", dict(step=0.01, batch_size=8, compile="default"))
+    first, second = ladder.time_to_target([rung], [0], CPU, 0.0, seeds=(0, 1), verbose=False)
+    assert first.compiled and not second.compiled
+
+
 # ---------------------------------------------------------------- precision, peaks
 def test_bf16_is_kept_unless_fp16_is_clearly_faster_by_more_than_the_margin():
     fp32 = Timing((10.0, 10.2))

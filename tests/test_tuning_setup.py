@@ -101,3 +101,27 @@ def test_an_empty_container_given_as_the_network_is_used_not_replaced():
     X, y = tuning_setup.torch_random_batch(2, torch.device("cpu"))
     with pytest.raises(Exception):  # noqa: B017 - an empty network cannot produce scores
         training.step(X, y, torch.nn.Sequential(), training.optimizer)
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_plot_lr_draws_each_schedule_with_its_legend_and_labelled_axes(lang, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from d2l_ext import i18n
+
+    monkeypatch.setenv("D2L_LANG", lang)
+    ax = tuning_setup.plot_lr({"constant": [0.1, 0.2, 0.2], "gluon cosine": [0.1, 0.2, 0.0],
+                               "my own": [0.0, 0.1, 0.1]})
+    assert [list(line.get_ydata()) for line in ax.get_lines()] == [
+        [0.1, 0.2, 0.2], [0.1, 0.2, 0.0], [0.0, 0.1, 0.1]]
+    chinese = lang == "zh" and i18n.cjk_font() is not None and i18n.capture_dir() is None
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert legend == (["恒定", "余弦（Gluon）", "my own"] if chinese
+                      else ["constant", "cosine (Gluon)", "my own"])
+    assert ax.get_xlabel() == ("步" if chinese else "step")
+    assert ax.get_ylabel() == ("学习率" if chinese else "learning rate")
+    assert i18n.LABELS["learning rate"] == "学习率"  # the zh rendering of an English figure
+    plt.close(ax.figure)
