@@ -510,7 +510,8 @@ def test_tuning_page_shows_each_framework_its_own_ladder(page, lang):
 def test_sync_page_shows_each_framework_its_losses_and_timeline(page, lang):
     page.locator(".book-bar .fw-tab[data-fw=torch]").click()
     fix = page.locator(".tag_torch", has_text="def loss_ignore_index")
-    timeline = page.locator(".tag_torch", has_text="empty_rows = {\"original\": sync_profile.draw_last_step(")
+    timeline = page.locator(
+        ".tag_torch", has_text="empty_rows = {\"original\": sync_profile.draw_last_step(")
     mx_loss = page.locator(".tag_mxnet", has_text="def loss_no_blocking")
     assert fix.is_visible() and timeline.is_visible() and not mx_loss.is_visible()
     assert timeline.locator("img").count() == 1  # the timeline drawn from the trace
