@@ -520,7 +520,7 @@ def test_sync_page_shows_each_framework_its_losses_and_timeline(page, lang):
     mx_counts = page.locator(".tag_mxnet", has_text="LOSS = d2l.say(")
     assert "ignore_index" in counts.inner_text() and not mx_counts.is_visible()  # from the run
     table = counts.locator(".cell_output").inner_text()  # in the reader's language
-    assert ("同步次数/步" in table) == (lang == "zh") and ("syncs/step" in table) == (lang == "en")
+    assert ("每步同步次数" in table) == (lang == "zh") and ("syncs/step" in table) == (lang == "en")
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert mx_loss.is_visible() and not fix.is_visible()
     assert "no_blocking" in mx_counts.inner_text() and not counts.is_visible()
@@ -910,7 +910,45 @@ def test_search_snippets_show_no_latex_or_code(phone_or_desktop, site_url, lang)
             for code in ("\\", "import torch", "from d2l_ext import", "$$", ">>>",
                          "kernelName", "requestKernel", ".ipynb", ".pdf"):
                 assert code not in snippet, (term, code, snippet)
+            # what every chapter starts with: its run note and the quick answers' heading
+            assert RUN_NOTE[lang] not in snippet, (term, snippet)
+            assert not snippet.lstrip(". ").startswith(QUICK_ANSWERS[lang]), (term, snippet)
     assert page.errors == []
+
+
+#: How a chapter's run note starts, and its quick answers' heading (tools/pipeline/runinfo.py).
+RUN_NOTE = {"en": "The outputs on this page come from", "zh": "本页输出来自"}
+QUICK_ANSWERS = {"en": "Quick answers", "zh": "速查"}
+
+
+def test_search_leaves_out_the_run_note_and_the_quick_answers_heading():
+    """book_ext.not_searched: the framework containers that hold only a block quote right
+    under the page's title (the run note, one per framework) and the quick answers' heading;
+    not a later block quote in a framework container, nor the quick answers themselves."""
+    from docutils import nodes
+
+    sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
+    import book_ext
+
+    def quoted(framework, text):
+        return nodes.container("", nodes.block_quote("", nodes.paragraph(text=text)),
+                               classes=["fw", f"fw-{framework}"])
+
+    notes = [quoted(fw, f"{RUN_NOTE['en']} a real run ({fw}).") for fw in ("torch", "mxnet")]
+    heading = nodes.title(text=QUICK_ANSWERS["en"])
+    box = nodes.admonition("", heading, nodes.paragraph(text="What to try."),
+                           classes=["tip", "quick-answers"])
+    later = quoted("torch", "A quotation further down.")
+    page = nodes.section("", nodes.title(text="Communication"), nodes.target(), *notes, box,
+                         nodes.paragraph(text="The opening."), later)
+    document = nodes.document(None, None)
+    document += page
+    assert book_ext.not_searched(document) == [*notes, heading]
+    bare = nodes.section("", nodes.title(text="Landing"), nodes.paragraph(text="Prose."),
+                         quoted("torch", "Not a run note."))
+    landing = nodes.document(None, None)
+    landing += bare
+    assert book_ext.not_searched(landing) == []
 
 
 def test_search_index_holds_no_latex(site_url):

@@ -166,9 +166,23 @@
 
   // Search results: the snippet under each hit is taken from the page's article (not the
   // theme's buttons and print-only table of contents), without its formulas (LaTeX source
-  // before MathJax runs), code cells and outputs (searchtools.js's Search.htmlToText).
+  // before MathJax runs), code cells and outputs (searchtools.js's Search.htmlToText), and
+  // without what every chapter starts with, its run note and the quick answers' heading
+  // (book_ext.not_searched leaves them out of the index too).
   const NOT_IN_SNIPPETS = [".math", "div.cell", "div.highlight", "pre", ".cell_output",
-    "mjx-container", "script", "style", ".headerlink"].join(", ");
+    "mjx-container", "script", "style", ".headerlink",
+    ".quick-answers > .admonition-title"].join(", ");
+
+  // The run note: one framework container per framework right after the title, holding
+  // only a block quote.
+  function runNotes(doc) {
+    const notes = [];
+    const title = doc.querySelector("article h1");
+    for (let el = title && title.nextElementSibling; el && el.matches("div.fw")
+      && el.children.length === 1 && el.firstElementChild.matches("blockquote");
+      el = el.nextElementSibling) notes.push(el);
+    return notes;
+  }
 
   function snippetsWithoutCode() {
     if (typeof Search === "undefined" || !Search.htmlToText || Search.bookPatched) return;
@@ -178,7 +192,8 @@
       const main = doc.querySelector('[role="main"]');
       const article = main && main.querySelector("article");
       if (article) main.replaceChildren(article);
-      doc.querySelectorAll(NOT_IN_SNIPPETS).forEach((el) => el.replaceWith(" "));
+      [...runNotes(doc), ...doc.querySelectorAll(NOT_IN_SNIPPETS)]
+        .forEach((el) => el.replaceWith(" "));
       return htmlToText(doc.documentElement.outerHTML, anchor);
     };
     Search.bookPatched = true;

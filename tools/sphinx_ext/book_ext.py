@@ -128,9 +128,31 @@ def _download_notebooks_only(app, pagename: str, templatename: str, context: dic
                 if b.get("label") not in ("download-notebook-button", "download-source-button")]
 
 
+def not_searched(doctree: nodes.Node) -> list[nodes.Node]:
+    """What every chapter page starts with and search leaves out: the run note under the
+    title (a framework container per framework that holds only a block quote, right after
+    the title, before any other text) and the quick answers' heading. Indexed, they made
+    every page a hit for the machine's name, and every snippet start with them."""
+    found: list[nodes.Node] = []
+    top = next(iter(doctree.findall(nodes.section)), None)
+    if top is not None and top.children and isinstance(top[0], nodes.title):
+        for child in top.children[1:]:
+            if isinstance(child, nodes.target):
+                continue
+            if not (isinstance(child, nodes.container) and "fw" in child["classes"]
+                    and len(child) == 1 and isinstance(child[0], nodes.block_quote)):
+                break
+            found.append(child)
+    for box in doctree.findall(lambda n: isinstance(n, nodes.Element)
+                               and "quick-answers" in n.get("classes", [])):
+        found += [child for child in box.children if isinstance(child, nodes.title)]
+    return found
+
+
 def _index_without_formulas(app) -> None:
     """Search finds the words of the text, not of LaTeX sources: each page is indexed
-    without its formulas (else ``\\frac`` makes every page with a fraction match "frac")."""
+    without its formulas (else ``\\frac`` makes every page with a fraction match "frac"),
+    and without its run note and quick answers' heading (:func:`not_searched`)."""
     if not hasattr(app.builder, "index_page"):
         return
     index_page = app.builder.index_page
@@ -140,6 +162,8 @@ def _index_without_formulas(app) -> None:
         for formula in list(copy.findall(lambda n: isinstance(n, (nodes.math,
                                                                       nodes.math_block)))):
             formula.parent.remove(formula)
+        for node in not_searched(copy):
+            node.parent.remove(node)
         index_page(pagename, copy, title)
 
     app.builder.index_page = index_page_without_formulas
