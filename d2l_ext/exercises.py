@@ -783,3 +783,23 @@ def _memory_oom_1(sequences_per_gpu: Any, run: dict) -> Text:
     return not_quite("divide the 16 bytes per parameter by the number of GPUs, subtract from "
                      "the usable memory, and divide by the activations.",
                      "把每个参数的 16 字节除以 GPU 数，从可用显存中减去，再除以每个序列的激活。")
+
+
+# ---------------------------------------------------------------- transformers
+
+number_answer(
+    "transformers", 1, "seq_half",
+    ("12·L·s·d = 6·(12·L·d² + vocab·d) gives s = 6d + vocab/(2L) ≈ 73,990 tokens.",
+     "由 12·L·s·d = 6·(12·L·d² + vocab·d) 得 s = 6d + vocab/(2L) ≈ 73,990 个词元。"),
+    ("set the attention term 12·L·s·d equal to the weights' 6 FLOPs per weight per token "
+     "(the blocks' 12·L·d² and the output layer's vocab·d), and solve for s.",
+     "令注意力项 12·L·s·d 等于权重项（每个权重每个词元 6 次运算；块中有 12·L·d² 个权重，"
+     "输出层有 vocab·d 个），再解出 s。"),
+    within=(6 * 12288 + 50257 / (2 * 96), 100))
+number_answer(
+    "transformers", 2, "seq_equal",
+    ("5·a·s = 34·h gives s = 34·4096 / (5·32) ≈ 870 tokens.",
+     "由 5·a·s = 34·h 得 s = 34 × 4096 / (5 × 32) ≈ 870 个词元。"),
+    ("divide both terms by s·b and solve 5·a·s = 34·h for s.",
+     "两项都除以 s·b，再由 5·a·s = 34·h 解出 s。"),
+    within=(34 * 4096 / (5 * 32), 9))

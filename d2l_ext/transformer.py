@@ -20,31 +20,20 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from d2l_ext.gpt_counts import (  # noqa: F401 - re-exported: the counts beside the model
+    EXTRA_TERMS,
+    FORMULA_TERMS,
+    GPTConfig,
+    activation_bytes_per_layer,
+    attention_traffic,
+    formula_terms,
+    matmul_weights,
+    parameter_count,
+    training_flops_per_token,
+)
 from d2l_ext.memory import _storages
 
 Attention = Literal["naive", "tiled", "sdpa"]
-
-
-@dataclass(frozen=True)
-class GPTConfig:
-    """The sizes of a GPT: vocabulary, sequence length, width, heads, layers."""
-
-    vocab: int = 256
-    seq: int = 128
-    d: int = 128
-    heads: int = 4
-    layers: int = 2
-    dropout: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("vocab", "seq", "d", "heads", "layers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"GPTConfig.{name} must be at least 1, got {getattr(self, name)}")
-        if self.d % self.heads:
-            raise ValueError(f"the width d={self.d} must be a multiple of heads={self.heads}: "
-                             "each head gets d / heads features")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -159,8 +148,9 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     """Token and position embeddings, ``layers`` blocks, a final LayerNorm and an output
-    layer that shares the token embedding's weights. ``forward`` returns the logits, and the
-    mean cross-entropy too when targets are given."""
+    layer that shares the token embedding's weights, initialized as GPT-2's (weights normal
+    with standard deviation 0.02, biases zero). ``forward`` returns the logits, and the mean
+    cross-entropy too when targets are given."""
 
     def __init__(self, cfg: GPTConfig, how: Attention = "sdpa") -> None:
         super().__init__()
@@ -172,6 +162,11 @@ class GPT(nn.Module):
         self.ln = nn.LayerNorm(cfg.d)
         self.head = nn.Linear(cfg.d, cfg.vocab, bias=False)
         self.head.weight = self.tokens.weight
+        for module in self.modules():  # GPT-2's initialization: small weights, zero biases
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         s = idx.shape[1]
@@ -187,62 +182,19 @@ class GPT(nn.Module):
         return logits, F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
-def parameter_count(cfg: GPTConfig, embeddings: bool = True) -> int:
-    """The GPT's parameters: 12·d² + 13·d per block (weights and biases of the four linear
-    layers, two LayerNorms), 2·d for the final LayerNorm and, with ``embeddings``,
-    (vocab + seq)·d for the embeddings (the output layer shares the token embedding)."""
-    d = cfg.d
-    count = cfg.layers * (12 * d * d + 13 * d) + 2 * d
-    return count + ((cfg.vocab + cfg.seq) * d if embeddings else 0)
-
-
-def matmul_weights(cfg: GPTConfig) -> int:
-    """The weights that multiply every token once per pass: the blocks' four linear layers
-    (12·d² per block) and the output layer (vocab·d)."""
-    return 12 * cfg.layers * cfg.d ** 2 + cfg.vocab * cfg.d
-
-
-def training_flops_per_token(cfg: GPTConfig, seq: int | None = None) -> int:
-    """FLOPs of one training step per token, counting matrix products only: 6 per weight
-    that multiplies the token (2 forward, 4 backward) plus 12·L·s·d for the two attention
-    products (q·kᵀ and scores·v), counted over the whole s×s square as dense kernels do."""
-    s = cfg.seq if seq is None else seq
-    return 6 * matmul_weights(cfg) + 12 * cfg.layers * s * cfg.d
-
-
-def activation_bytes_per_layer(s: int, b: int, h: int, a: int) -> float:
-    """Korthikanti et al. (2022), eq. (1): the bytes one transformer layer keeps for its
-    backward pass, with 16-bit activations, 1-byte dropout masks and no recomputation:
-    s·b·h·(34 + 5·a·s/h), for sequence length s, batch b, width h and a heads."""
-    return s * b * h * (34 + 5 * a * s / h)
-
-
-def attention_traffic(s: int, d: int, block_q: int | None = None, item: int = 2) -> int:
-    """Bytes one head's attention forward moves to and from memory for sequence length s
-    and head width d (``item`` bytes per number).
-
-    Naive (``block_q=None``): read q and k, write the s×s scores, read them and write the
-    probabilities, read those and v, write the output. Tiled: read each query block once,
-    all of k and v once per query block, write the output once; the scores stay on chip.
-    """
-    if block_q is None:
-        return item * (2 * s * d + s * s + 2 * s * s + s * s + s * d + s * d)
-    if block_q < 1:
-        raise ValueError(f"block_q must be at least 1, got {block_q}")
-    return item * (s * d + math.ceil(s / block_q) * 2 * s * d + s * d)
-
-
 @dataclass(frozen=True)
 class Saved:
     """One tensor an autograd node saved for the backward pass: the node's name (e.g.
     ``GeluBackward0``), the attribute (``_saved_self``), its shape and type, and the bytes
-    of its storage that no earlier node had saved already (0 for a view of one)."""
+    of its storage that no earlier node had saved already (0 for a view of one); ``step``:
+    the node's place among the graph's nodes in the order the forward pass made them."""
 
     node: str
     attr: str
     shape: tuple[int, ...]
     dtype: torch.dtype
     nbytes: int
+    step: int = 0
 
 
 def saved_by_node(output: torch.Tensor,
@@ -263,7 +215,7 @@ def saved_by_node(output: torch.Tensor,
         nodes.append(node)
         stack.extend(child for child, _ in node.next_functions)
     found = []
-    for node in sorted(nodes, key=lambda n: n._sequence_nr()):
+    for step, node in enumerate(sorted(nodes, key=lambda n: n._sequence_nr())):
         for attr in sorted(a for a in dir(node) if a.startswith("_saved_")):
             value = getattr(node, attr)
             for t in value if isinstance(value, (list, tuple)) else (value,):
@@ -274,5 +226,53 @@ def saved_by_node(output: torch.Tensor,
                     if key not in counted:
                         counted.add(key)
                         new += nbytes
-                found.append(Saved(node.name(), attr, tuple(t.shape), t.dtype, new))
+                found.append(Saved(node.name(), attr, tuple(t.shape), t.dtype, new, step))
     return found
+
+
+def saved_terms(saved: Iterable[Saved]) -> dict[str, int]:
+    """The bytes of :func:`saved_by_node`'s tensors of one :class:`Block`, by the formula's
+    term (:data:`FORMULA_TERMS`) or by what the formula leaves out (:data:`EXTRA_TERMS`).
+
+    A tensor is put in a term by the node that saved it: a LayerNorm's input and its mean
+    and reciprocal deviation; a linear layer's input (``mat1``; under autocast its ``mat2``
+    is a copy of the weight in the lower precision); the attention products' operands
+    (the probabilities' product with V saves the probabilities, which after dropout are the
+    dropout's output); a dropout's mask (a multiplication by a scaled mask on a CPU,
+    ``native_dropout``'s boolean mask on a GPU), 4-D inside attention; the fused attention's
+    inputs, output and log-sum-exp."""
+    terms = dict.fromkeys([*FORMULA_TERMS, *EXTRA_TERMS], 0)
+
+    def add(term: str, t: Saved) -> None:
+        terms[term] += t.nbytes
+
+    saved = list(saved)
+    bmm_steps = sorted({t.step for t in saved if t.node.startswith("BmmBackward")})
+
+    for t in saved:
+        node, attr = t.node.rstrip("0123456789"), t.attr
+        if node == "NativeLayerNormBackward":
+            add("LayerNorm inputs" if attr == "_saved_input" else "LayerNorm statistics", t)
+        elif node in ("AddmmBackward", "MmBackward"):
+            add("linear-layer inputs" if attr == "_saved_mat1" else "weight copies (autocast)",
+                t)
+        elif node == "BmmBackward":  # q·kᵀ, then probabilities·v, in every layer
+            second = bmm_steps.index(t.step) % 2 == 1
+            add("attention dropout output" if second and attr == "_saved_self"
+                else "Q, K and V", t)
+        elif node == "SoftmaxBackward":
+            add("softmax output", t)
+        elif node in ("MulBackward", "NativeDropoutBackward") and attr in ("_saved_other",
+                                                                           "_saved_result1"):
+            add("attention dropout mask" if len(t.shape) == 4 else
+                "dropout masks after attention and MLP", t)
+        elif node == "GeluBackward":
+            add("GELU input", t)
+        elif node == "MaskedFillBackward":
+            add("causal mask", t)
+        elif "Attention" in node:
+            add("Q, K and V" if attr in ("_saved_query", "_saved_key", "_saved_value")
+                else "fused attention's output and statistics", t)
+        else:
+            add("other", t)
+    return terms

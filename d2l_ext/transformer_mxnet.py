@@ -1,7 +1,7 @@
 """The transformer block and attention of :mod:`d2l_ext.transformer`, in MXNet's ``np``.
 
 The block is the same pre-norm block (LayerNorm, causal self-attention, LayerNorm, 4x MLP
-with GELU), so :func:`d2l_ext.transformer.parameter_count` counts it too. Attention comes
+with GELU), so :mod:`d2l_ext.gpt_counts` counts it too. Attention comes
 two ways: ``naive`` (the s×s scores kept) and ``tiled`` (online softmax over key blocks);
 MXNet has no fused attention function to compare with.
 """
@@ -97,3 +97,32 @@ class Block(nn.Block):
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
         return x + self.out(self.gelu(self.fc(self.ln2(x))))
+
+
+class GPT(nn.Block):
+    """Token and position embeddings, ``layers`` blocks, a final LayerNorm and an output
+    layer that reuses the token embedding's weights (as :class:`d2l_ext.transformer.GPT`):
+    ``forward(idx)`` returns the logits, shape (batch, seq, vocab)."""
+
+    def __init__(self, vocab: int, seq: int, d: int, heads: int, layers: int,
+                 how: str = "naive") -> None:
+        super().__init__()
+        for name, value in (("vocab", vocab), ("seq", seq), ("layers", layers)):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        self.seq = seq
+        self.tokens = nn.Embedding(vocab, d)
+        self.positions = nn.Embedding(seq, d)
+        self.blocks = nn.Sequential()
+        for _ in range(layers):
+            self.blocks.add(Block(d, heads, how))
+        self.ln = nn.LayerNorm(in_channels=d)
+
+    def forward(self, idx):
+        s = idx.shape[1]
+        if s > self.seq:
+            raise ValueError(f"a sequence of {s} tokens is longer than the model's "
+                             f"seq={self.seq}: cut it or build the model with a larger seq")
+        x = self.tokens(idx) + self.positions(np.arange(s, ctx=idx.ctx))
+        x = self.ln(self.blocks(x))
+        return np.dot(x, self.tokens.weight.data(idx.ctx).T)  # the tied output layer

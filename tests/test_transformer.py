@@ -206,3 +206,49 @@ def test_dropout_saves_its_masks_and_tiled_refuses_it():
     with pytest.raises(ValueError, match="no dropout"):
         tf.Block(cfg, "tiled")(x)
     tf.Block(cfg, "tiled").eval()(x)  # no dropout in evaluation
+
+
+def _block_terms(dtype=None, dropout=0.0, s=32, b=2, h=32, a=4, how="naive"):
+    torch.manual_seed(0)
+    block = tf.Block(tf.GPTConfig(seq=s, d=h, heads=a, layers=1, dropout=dropout), how=how)
+    x = torch.randn(b, s, h, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype is not None):
+        with SavedTensors(exclude=[block]) as saved:
+            out = block(x)
+    return tf.saved_terms(tf.saved_by_node(out, exclude=[block])), saved.nbytes
+
+
+def test_saved_terms_in_float32_are_twice_the_16_bit_formula():
+    s, b, h, a = 32, 2, 32, 4
+    terms, hooked = _block_terms(s=s, b=b, h=h, a=a)
+    formula = tf.formula_terms(s, b, h, a)
+    for term in ("LayerNorm inputs", "linear-layer inputs", "Q, K and V", "GELU input",
+                 "softmax output"):
+        assert terms[term] == 2 * formula[term], term
+    assert terms["attention dropout mask"] == terms["attention dropout output"] == 0
+    assert terms["causal mask"] == s * s  # booleans, one matrix for every head and sequence
+    assert terms["LayerNorm statistics"] == 2 * 2 * s * b * 4  # mean and rstd, two norms
+    # the only difference: the wrapped Python number √d of the division, which autograd saves
+    # without calling the hooks (torch/csrc/autograd/saved_variable.cpp)
+    assert sum(terms.values()) - hooked == terms["other"] == 8
+
+
+def test_saved_terms_put_cpu_dropout_masks_and_autocast_copies_where_they_belong():
+    s, b, h, a = 32, 2, 32, 4
+    terms, hooked = _block_terms(torch.bfloat16, 0.1, s, b, h, a)
+    formula = tf.formula_terms(s, b, h, a)
+    # a CPU's dropout multiplies by a scaled mask of the activations' type: 2 bytes, not 1
+    assert terms["attention dropout mask"] == 2 * formula["attention dropout mask"]
+    assert terms["dropout masks after attention and MLP"] == 2 * formula[
+        "dropout masks after attention and MLP"]
+    assert terms["attention dropout output"] == formula["attention dropout output"]
+    assert terms["LayerNorm inputs"] == 2 * formula["LayerNorm inputs"]  # float32 residuals
+    assert terms["weight copies (autocast)"] == 12 * h * h * 2  # the four weights in bf16
+    assert sum(terms.values()) - hooked == terms["other"] == 8
+
+
+def test_saved_terms_of_the_fused_attention_have_no_quadratic_term():
+    terms, hooked = _block_terms(s=64, how="sdpa")
+    assert terms["softmax output"] == terms["causal mask"] == 0
+    assert terms["fused attention's output and statistics"] > 0
+    assert sum(terms.values()) == hooked

@@ -81,3 +81,28 @@ def test_bad_arguments():
         tfm.Block(10, 3)
     with pytest.raises(ValueError, match="'naive' or 'tiled'"):
         tfm.Block(12, 3, "sdpa")
+
+
+def test_the_gpt_has_the_counted_parameters_ties_its_output_and_refuses_long_inputs():
+    from mxnet import gluon, init
+
+    from d2l_ext import gpt_counts
+
+    net = tfm.GPT(vocab=50, seq=12, d=16, heads=4, layers=2)
+    net.initialize(init.Normal(0.02))
+    idx = np.array(onp.random.default_rng(0).integers(0, 50, (3, 12)), dtype="int32")
+    with autograd.record():
+        logits = net(idx)
+        loss = gluon.loss.SoftmaxCrossEntropyLoss()(logits, idx).mean()
+    loss.backward()
+    assert logits.shape == (3, 12, 50)
+    count = sum(p.data().size for p in net.collect_params().values())
+    assert count == gpt_counts.parameter_count(gpt_counts.GPTConfig(vocab=50, seq=12, d=16,
+                                                                     heads=4, layers=2))
+    # the output layer is the embedding: rows of tokens that never occur still get gradients
+    unused = sorted(set(range(50)) - set(idx.asnumpy().ravel().tolist()))
+    assert float(np.abs(net.tokens.weight.grad()[unused[0]]).sum()) > 0
+    with pytest.raises(ValueError, match="longer than the model's seq=12"):
+        net(np.zeros((1, 13), dtype="int32"))
+    with pytest.raises(ValueError, match="at least 1"):
+        tfm.GPT(vocab=0, seq=4, d=8, heads=2, layers=1)
