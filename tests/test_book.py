@@ -478,6 +478,15 @@ SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab m
          'MXNET_BACKWARD_DO_MIRROR', ".simple_bind(", "hybridize(**flags)",
          '"static_alloc": True', "mx.context.gpu_memory_info(", "empty_cache()",
          "autograd.record()", "d2l.measure(", "budget.kvstore_server_numbers(")),
+    "transformers": (
+        ("tx.GPT(cfg", "FlopCounterMode(", "flop_counter.get_flop_counts()",
+         "gpt_counts.training_flops_per_token(cfg)", "text.windows(", "torch.autocast(",
+         "d2l.synchronize(device)", "peak_flops(device)", "tx.saved_by_node(", "tx.saved_terms(",
+         "memory.SavedTensors(", "create_selective_checkpoint_contexts", "CheckpointPolicy.",
+         "checkpoint(block, h, use_reentrant=False)", "memory.Tracker(device)"),
+        ("txm.GPT(", "gpt_counts.training_flops_per_token(cfg)", "text.windows(",
+         "autograd.record()", "gluon.Trainer(", "npx.waitall()", "counter.current()",
+         "d2l.measure(")),
 }
 
 

@@ -1085,6 +1085,28 @@ def test_memory_oom_exercise_1_sequences_that_fit_under_zero_3():
     assert run(cell, "sequences_per_gpu = None", "zh").startswith("练习 1")
 
 
+def test_transformers_exercise_1_the_length_at_which_attention_is_half_the_flops():
+    """12·L·s·d = 6·(12·L·d² + vocab·d): s = 6d + vocab/(2L) ≈ 73,990 for GPT-3's shape."""
+    cell = check_cell("transformers", "exercise 1")
+    assert run(cell, "seq_half = 73990").startswith("Correct")
+    assert run(cell, "seq_half = 6 * 12288 + 50257 / 192", "zh").startswith("正确")
+    for wrong in (73728, 36864, 2048):  # the output layer left out; 6·d / 2; GPT-3's length
+        out = run(cell, f"seq_half = {wrong}")
+        assert out.startswith("Not quite") and "73,990" not in out
+    assert run(cell, "seq_half = None").startswith("Exercise 1")
+
+
+def test_transformers_exercise_2_the_length_at_which_the_attention_term_equals_the_rest():
+    """5·a·s = 34·h: s = 34 × 4096 / 160 = 870.4."""
+    cell = check_cell("transformers", "exercise 2")
+    assert run(cell, "seq_equal = 870").startswith("Correct")
+    assert run(cell, "seq_equal = 34 * 4096 / (5 * 32)", "zh").startswith("正确")
+    for wrong in (4352, 174, 1024):  # 34·h/a; 34·h/(5·a·...)-like slips; a round guess
+        out = run(cell, f"seq_equal = {wrong}")
+        assert out.startswith("Not quite") and "870" not in out
+    assert run(cell, "seq_equal = None", "zh").startswith("练习 2")
+
+
 # ------------------------------------------------------------ the checks in d2l_ext.exercises
 CALL = re.compile(r'd2l\.check_exercise\(\s*"(?P<chapter>[\w-]+)",\s*(?P<number>\d+)')
 EXERCISES_HEADING = {"en": "## Exercises", "zh": "## 练习"}

@@ -71,6 +71,7 @@ CHAPTER_SECONDS = {
     "memory": 180,  # the whole chapter ran in 68 s on an H200 (2026-11-29), before its split
     "memory-sharding": 240,
     "memory-oom": 180,
+    "transformers": 300,  # an estimate: GPT-2 small's shape trains and recomputes on a GPU
 }
 #: A chapter missing from :data:`CHAPTER_SECONDS`.
 UNKNOWN_CHAPTER_SECONDS = 600
