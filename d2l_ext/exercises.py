@@ -787,15 +787,24 @@ def _memory_oom_1(sequences_per_gpu: Any, run: dict) -> Text:
 
 # ---------------------------------------------------------------- transformers
 
-number_answer(
-    "transformers", 1, "seq_half",
-    ("12·L·s·d = 6·(12·L·d² + vocab·d) gives s = 6d + vocab/(2L) ≈ 73,990 tokens.",
-     "由 12·L·s·d = 6·(12·L·d² + vocab·d) 得 s = 6d + vocab/(2L) ≈ 73,990 个词元。"),
-    ("set the attention term 12·L·s·d equal to the weights' 6 FLOPs per weight per token "
-     "(the blocks' 12·L·d² and the output layer's vocab·d), and solve for s.",
-     "令注意力项 12·L·s·d 等于权重项（每个权重每个词元 6 次运算；块中有 12·L·d² 个权重，"
-     "输出层有 vocab·d 个），再解出 s。"),
-    within=(6 * 12288 + 50257 / (2 * 96), 100))
+@exercise("transformers", 1, "seq_half")
+def _transformers_1(seq_half: Any, run: dict) -> Text:
+    d, layers, vocab = 12288, 96, 50257
+    if near(seq_half, 6 * d + vocab / (2 * layers), 100):
+        return correct("12·L·s·d = 6·(12·L·d² + vocab·d) gives s = 6d + vocab/(2L) ≈ 73,990 "
+                       "tokens.",
+                       "由 12·L·s·d = 6·(12·L·d² + vocab·d) 得 "
+                       "s = 6d + vocab/(2L) ≈ 73,990 个词元。")
+    if near(seq_half, 6 * d, 100):
+        return close("that is the blocks alone (s = 6d); add the output layer's vocab·d weights.",
+                     "这只算了各个块（s = 6d）；还要加上输出层的 vocab·d 个权重。")
+    return not_quite("set the attention term 12·L·s·d equal to the weights' 6 FLOPs per weight "
+                     "per token (the blocks' 12·L·d² and the output layer's vocab·d), and solve "
+                     "for s.",
+                     "令注意力项 12·L·s·d 等于权重项（每个权重每个词元 6 次运算；"
+                     "块中有 12·L·d² 个权重，输出层有 vocab·d 个），再解出 s。")
+
+
 number_answer(
     "transformers", 2, "seq_equal",
     ("5·a·s = 34·h gives s = 34·4096 / (5·32) ≈ 870 tokens.",

@@ -260,7 +260,7 @@ def saved_terms(saved: Iterable[Saved]) -> dict[str, int]:
             second = bmm_steps.index(t.step) % 2 == 1
             add("attention dropout output" if second and attr == "_saved_self"
                 else "Q, K and V", t)
-        elif node == "SoftmaxBackward":
+        elif node in ("SoftmaxBackward", "SafeSoftmaxBackward"):  # the latter: SDPA's math path
             add("softmax output", t)
         elif node in ("MulBackward", "NativeDropoutBackward") and attr in ("_saved_other",
                                                                            "_saved_result1"):

@@ -1090,7 +1090,8 @@ def test_transformers_exercise_1_the_length_at_which_attention_is_half_the_flops
     cell = check_cell("transformers", "exercise 1")
     assert run(cell, "seq_half = 73990").startswith("Correct")
     assert run(cell, "seq_half = 6 * 12288 + 50257 / 192", "zh").startswith("正确")
-    for wrong in (73728, 36864, 2048):  # the output layer left out; 6·d / 2; GPT-3's length
+    assert "output layer" in run(cell, "seq_half = 73728")  # close: the blocks alone, s = 6d
+    for wrong in (36864, 2048):  # 6·d / 2; GPT-3's length
         out = run(cell, f"seq_half = {wrong}")
         assert out.startswith("Not quite") and "73,990" not in out
     assert run(cell, "seq_half = None").startswith("Exercise 1")

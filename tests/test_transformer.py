@@ -252,3 +252,10 @@ def test_saved_terms_of_the_fused_attention_have_no_quadratic_term():
     assert terms["softmax output"] == terms["causal mask"] == 0
     assert terms["fused attention's output and statistics"] > 0
     assert sum(terms.values()) == hooked
+
+
+def test_saved_terms_file_the_math_paths_safe_softmax_under_softmax():
+    """With dropout on a CPU, scaled_dot_product_attention takes its math path, whose softmax
+    node is SafeSoftmaxBackward: its output is the softmax's, not "other"."""
+    terms, _ = _block_terms(dropout=0.1, s=32, how="sdpa")
+    assert terms["softmax output"] > 0 and terms["other"] < 100
