@@ -481,7 +481,8 @@ SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab m
     "transformers": (
         ("tx.GPT(cfg", "FlopCounterMode(", "flop_counter.get_flop_counts()",
          "gpt_counts.training_flops_per_token(cfg)", "text.windows(", "torch.autocast(",
-         "d2l.synchronize(device)", "peak_flops(device)", "tx.saved_by_node(", "tx.saved_terms(",
+         "d2l.synchronize(device)", "matmul_flops_per_second(device", "tx.saved_by_node(",
+         "tx.saved_terms(",
          "memory.SavedTensors(", "create_selective_checkpoint_contexts", "CheckpointPolicy.",
          "checkpoint(block, h, use_reentrant=False)", "memory.Tracker(device)"),
         ("txm.GPT(", "gpt_counts.training_flops_per_token(cfg)", "text.windows(",
