@@ -400,32 +400,35 @@ def overlap_lesson(versus: Mapping[str, Paired], buckets: Mapping[str, int], rou
     p, shown = several[best], (names or {}).get(best) or message(en=best, zh=best)
     en, zh = f'"{shown.en}" ({buckets[best]} buckets)', f"“{shown.zh}”（{buckets[best]} 个桶）"
     allow = p.allow
-    if allow:
-        each_en, each_zh = (f"in at least {rounds - allow} of the {rounds} rounds",
-                            f"在 {rounds} 遍中至少 {rounds - allow} 遍")
-        every_en, every_zh = f"in at least {rounds - allow} rounds of {rounds}", each_zh
-    else:
-        each_en, each_zh = (f"in every one of the {rounds} rounds",
-                            f"在全部 {rounds} 遍中每一遍都")
-        every_en, every_zh = "in every round", "每一遍都"
+
+    def rounds_text(won: int) -> tuple[str, str]:  # the exact count of rounds won
+        if won == rounds:
+            return f"in all {rounds} rounds", f"在全部 {rounds} 遍中每一遍都"
+        return f"in {won} of the {rounds} rounds", f"在 {rounds} 遍中有 {won} 遍"
+
+    every_en, every_zh = (("in every round", "每一遍都") if not allow else
+                          (f"in at least {rounds - allow} rounds of {rounds}",
+                           f"在 {rounds} 遍中至少 {rounds - allow} 遍"))
     if p.verdict == "faster":
+        each_en, each_zh = rounds_text(sum(r < 1 for r in p.ratios))
         m, chance = len(several), picked_false_alarm(rounds, len(several), allow)
         if m == 1:
-            odds_en = ("a setting exactly as fast as one bucket would be judged faster "
-                       f"{every_en} with a chance of {chance:.1%}")
-            odds_zh = f"一个与一个桶同样快的设置纯属偶然地被判为{every_zh}更快的概率是 {chance:.1%}"
+            odds_en = (f"a setting exactly as fast as one bucket would earn this verdict by chance "
+                       f"with a probability of {chance:.1%}")
+            odds_zh = f"一个与一个桶同样快的设置纯属偶然得出这一结论的概率是 {chance:.1%}"
         else:
             odds_en = (f"were all {m} settings with several buckets exactly as fast as one "
-                       f"bucket, one of them would be judged faster {every_en} with a "
-                       f"chance of up to about {chance:.1%}")
-            odds_zh = (f"假如分多个桶的 {m} 个设置都与一个桶同样快，其中某一个纯属偶然地被判为"
-                       f"{every_zh}更快的概率最多约为 {chance:.1%}")
+                       f"bucket, one of them would earn this verdict by chance with a "
+                       f"probability of up to about {chance:.1%}")
+            odds_zh = (f"假如分多个桶的 {m} 个设置都与一个桶同样快，其中某一个纯属偶然得出这一结论"
+                       f"的概率最多约为 {chance:.1%}")
         return message(
             en=f"{en} was faster than DDP with one bucket {each_en}, by {1 - p.median:.0%} at "
                f"the median: overlap paid in this run ({odds_en}).",
             zh=f"{zh}{each_zh}比只用一个桶的 DDP 快，按中位数耗时少 "
                f"{1 - p.median:.0%}：这次运行中，重叠带来了好处（{odds_zh}）。")
     if p.verdict == "slower":
+        each_en, each_zh = rounds_text(sum(r > 1 for r in p.ratios))
         return message(
             en=f"Even the best setting with several buckets, {en}, was slower than DDP with "
                f"one bucket {each_en}, by {p.median - 1:.0%} at the median: in this run, "
@@ -434,12 +437,10 @@ def overlap_lesson(versus: Mapping[str, Paired], buckets: Mapping[str, int], rou
                f"按中位数耗时多 {p.median - 1:.0%}：这次运行中，重叠的代价超过了它藏起来的通信。")
     return message(
         en=f"No setting with several buckets was faster than DDP with one bucket {every_en}; "
-           f"the best, {en}, took {p.median:.0%} of one bucket's time at the median: the "
-           "rounds disagree, so this run shows no gain from overlap beyond its "
-           "round-to-round spread.",
+           f"the best, {en}, took {p.median:.0%} of one bucket's time at the median: no gain "
+           "from overlap beyond the round-to-round spread in this run.",
         zh=f"分多个桶的设置没有一个{every_zh}比只用一个桶快；其中最好的{zh}，"
-           f"按中位数，耗时是一个桶的 {p.median:.0%}：各遍结论不一，"
-           "这次运行看不出超出各遍之间波动的重叠收益。")
+           f"按中位数，耗时是一个桶的 {p.median:.0%}：这次运行看不出超出各遍之间波动的重叠收益。")
 
 
 def apart(a: Sequence[float], b: Sequence[float]) -> str:
@@ -476,12 +477,10 @@ def fit_miss_note(size: str, miss: float) -> Text:
             en=f"The all-reduce's own fit: its largest miss was {miss:+.0%} (at {size}).",
             zh=f"全归约自己的拟合，最大偏差为 {miss:+.0%}（在 {size} 处）。")
     return message(
-        en=f"The all-reduce's own fit, though, had a largest miss of {miss:+.0%} (at "
-           f"{size}), beyond 50%: its fitted $\\alpha$ and $\\beta$ describe the "
-           "fitted model, not the all-reduce, so read these two ratios as rough.",
-        zh=f"不过，全归约自己的拟合，最大偏差达 {miss:+.0%}（在 {size} 处），超过 50%："
-           "拟合出的 $\\alpha$ 和 $\\beta$ 描述的是模型，而不是全归约本身，所以上面这两个"
-           "比值只能粗略地看。")
+        en=f"Its own fit, though, missed by up to {miss:+.0%} (at {size}), beyond 50%, so "
+           "these two ratios are rough.",
+        zh=f"不过，全归约自己的拟合最大偏差达 {miss:+.0%}（在 {size} 处），超过 50%，"
+           "所以这两个比值只能粗略地看。")
 
 
 def reduce_verdict(reduce_beta: float, beta: float, between_gpus: bool,
@@ -496,10 +495,10 @@ def reduce_verdict(reduce_beta: float, beta: float, between_gpus: bool,
     if abs(miss) <= 0.5:
         return verdict
     return message(
-        en=f"{verdict.en}; the fits behind these two $\\beta$s, though, have a largest miss of "
-           f"{miss:+.0%} against their times, so read this as rough",
-        zh=f"{verdict.zh}。不过，得出这两个 $\\beta$ 的拟合与实测时间的最大偏差达 {miss:+.0%}，"
-           "所以这个结论只能粗略地看")
+        en=f"{verdict.en}; these two fits miss their times by up to {miss:+.0%}, so this "
+           "too is rough",
+        zh=f"{verdict.zh}。这两个拟合与实测时间的最大偏差达 {miss:+.0%}，所以这个结论也只能"
+           "粗略地看")
 
 
 def _reduce_verdict(reduce_beta: float, beta: float, between_gpus: bool) -> Text:
@@ -514,10 +513,10 @@ def _reduce_verdict(reduce_beta: float, beta: float, between_gpus: bool) -> Text
                    "是每块 GPU 上把两半相加的归约核函数，以及各个步骤的核函数发射")
         return message(
             en="the all-reduce moved its bytes more slowly than one message, as expected where "
-               "both directions and the additions are work for the same cores (as on a "
-               "loopback) rather than for two wires at once",
-            zh="全归约搬运字节比单条消息慢。如果两个方向的传输和加法都得由同一批核心完成（回环接口上"
-               "正是如此），而不是由两条线路同时承担，结果就会是这样")
+               "both directions and the additions share the same cores (as on a loopback) "
+               "instead of two wires",
+            zh="全归约搬运字节比单条消息慢。两个方向的传输和加法若都由同一批核心完成（回环接口上"
+               "正是如此），而不是由两条线路分担，结果就会是这样")
     if reduce_beta > 1.25 * beta:
         return message(
             en="the all-reduce moved its bytes faster than one message, which the model does not "
@@ -600,68 +599,72 @@ def ring_small_note(size: str, measured: Mapping[int, float], model: Mapping[int
     per_core = {k: k / cores for k in ks}
     said = message(
         en=f"In the model, the ring's $2(k-1)$ latencies are {model_share:.0%} or more of its "
-           f"time at {size}" + (", so for small tensors they dominate." if model_share >= 0.5
+           f"time at {size}" + (", so they dominate small tensors." if model_share >= 0.5
                                 else "."),
         zh=f"在模型里，{size} 时环的 $2(k-1)$ 次延迟占模型时间的 {model_share:.0%} 以上"
-           + ("，所以小张量的耗时主要是这些延迟。" if model_share >= 0.5 else "。"))
-    each_en = ", ".join(f"{ratio[k]:.1f} with {k} processes" for k in ks)
-    each_zh = "、".join(f"{ratio[k]:.1f} 倍（{k} 个进程）" for k in ks)
+           + ("，小张量的耗时主要是这些延迟。" if model_share >= 0.5 else "。"))
+    ratios_en = _listed([f"{ratio[k]:.1f}" for k in ks], "and")
+    counts_en = _listed([str(k) for k in ks], "and")
+    ratios_zh, counts_zh = "、".join(f"{ratio[k]:.1f}" for k in ks), "、".join(map(str, ks))
+    each_en = f"{ratios_en} times the model's with {counts_en} processes"
+    each_zh = (f"{counts_zh} 个进程时，环的实测时间{'分别' if len(ks) > 1 else ''}是模型的 "
+               f"{ratios_zh} 倍")
     low, high = min(explained.values()), max(explained.values())
     share_en = f"{low:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{low:.0%} to {high:.0%}"
     share_zh = f"{low:.0%}" if f"{low:.0%}" == f"{high:.0%}" else f"{low:.0%} 到 {high:.0%}"
     if max(ratio.values()) <= 1.5:
         return message(
-            en=f"{said.en} This run agrees: the ring's measured time over the model's was "
-               f"{each_en}, so $2(k-1)\\alpha$ is {share_en} of what was measured.",
-            zh=f"{said.zh}这次运行与之相符：环的实测时间是模型的 {each_zh}，"
-               f"所以 $2(k-1)\\alpha$ 是实测时间的 {share_zh}。")
+            en=f"{said.en} This run agrees: the ring took {each_en}, so $2(k-1)\\alpha$ is "
+               f"{share_en} of what was measured.",
+            zh=f"{said.zh}这次运行与之相符：{each_zh}，所以 $2(k-1)\\alpha$ 是实测时间的 "
+               f"{share_zh}。")
     over = [k for k in ks if k > cores]
-    text_en = (f"{said.en} They do not explain this run's times: the ring's measured time "
-               f"over the model's was {each_en}, so $2(k-1)\\alpha$ accounts for only "
-               f"{share_en} of what was measured.")
-    text_zh = (f"{said.zh}但它们解释不了这次运行的时间：环的实测时间是模型的 {each_zh}，"
-               f"所以 $2(k-1)\\alpha$ 只占实测时间的 {share_zh}。")
-    pairs_en = "; ".join(f"{k} processes, {per_core[k]:.2g} per core" for k in over)
-    pairs_zh = "；".join(f"{k} 个进程，即每个核心 {per_core[k]:.2g} 个" for k in over)
+    text_en = (f"{said.en} They do not explain this run: the ring took {each_en}, so "
+               f"$2(k-1)\\alpha$ is only {share_en} of what was measured.")
+    text_zh = (f"{said.zh}但它们解释不了这次运行：{each_zh}，所以 $2(k-1)\\alpha$ 只占实测"
+               f"时间的 {share_zh}。")
     if over:
-        rising = all(ratio[a] < ratio[b] for a, b in zip(ks, ks[1:]))
-        grew_en = (f"; the miss grew with the processes per core, from {ratio[ks[0]]:.1f} "
-                   f"times to {ratio[ks[-1]]:.1f}" if rising and len(ks) > 1 else "")
-        grew_zh = (f"；偏差随每个核心上的进程数增大，从 {ratio[ks[0]]:.1f} 倍增至 "
-                   f"{ratio[ks[-1]]:.1f} 倍" if rising and len(ks) > 1 else "")
-        text_en += (f" A candidate cause, not measured here: $\\alpha$ was fitted between "
-                    f"{fit_processes} processes, and with more processes than the {cores} cores "
-                    f"({pairs_en}) each of the ring's $2(k-1)$ dependent steps can wait for a "
-                    f"peer that the operating system has descheduled, a wait that no $\\alpha$ "
-                    f"counts{grew_en}. On GPUs, with one process per GPU and usually more "
-                    "cores than GPUs, we expect this cause not to apply.")
-        text_zh += (f"一个可能的原因（这里没有测量）：$\\alpha$ 是在 {fit_processes} 个进程"
-                    "之间拟合的，"
-                    f"而进程多于 {cores} 个核心时（{pairs_zh}），环的 $2(k-1)$ 个前后相依的步骤，"
-                    "每一步都可能要等一个被操作系统调度出去的对端，这段等待不在任何 $\\alpha$ 里"
-                    f"{grew_zh}。在 GPU 上，每块 GPU 一个进程，核心数通常多于 GPU 数，"
-                    "我们预期这个原因不再起作用。")
+        pairs_en = _listed([f"{per_core[k]:.2g}" for k in over], "and") + " per core"
+        shares = [f"{per_core[k]:.2g}" for k in over]
+        pairs_zh = " 个、".join(shares[:-1]) + (" 个和 " if len(shares) > 1 else "") + shares[-1]
+        rising = len(ks) > 1 and all(ratio[a] < ratio[b] for a, b in zip(ks, ks[1:]))
+        text_en += (f" A candidate cause, not measured: with more processes than the {cores} "
+                    f"cores ({pairs_en}), each of the ring's dependent steps can wait for a "
+                    "descheduled peer, which the $\\alpha$ fitted between "
+                    f"{fit_processes} processes does not count"
+                    + ("; the miss grew with the processes per core" if rising else "")
+                    + " (on GPUs, one process per GPU, we expect no such wait).")
+        text_zh += (f"一个可能的原因（这里没有测量）：进程多于 {cores} 个核心时（每个核心"
+                    f"{'分别有 ' if len(over) > 1 else ' '}{pairs_zh} 个进程），"
+                    "环的每一个前后相依的步骤都可能要等一个被调度出去的对端，"
+                    f"而在 {fit_processes} 个进程之间拟合出的 $\\alpha$ 不包含这段等待"
+                    + ("；偏差随每个核心上的进程数增大" if rising else "")
+                    + "（在 GPU 上每块 GPU 一个进程，我们预期不会有这种等待）。")
     fewer = [k for k in ks if k <= cores and ratio[k] > 1.5]
     if fewer:
         most = max(per_core[k] for k in fewer)
-        lead_en = "Even where the processes did not outnumber the cores" if over else (
-            "Although the processes did not outnumber the cores here")
-        lead_zh = "即使在进程数不多于核心数时" if over else "虽然这里进程数不多于核心数"
-        text_en += (f" {lead_en} (at most {most:.2g} per core), the ring still missed: "
-                    + ", ".join(f"{ratio[k]:.1f} times the model with {k} processes"
-                                for k in fewer)
-                    + "; there each process can have a core of its own, so a descheduled peer "
-                    "is a less likely cause, and another candidate, not measured either, is "
-                    "what each step does beyond one message "
-                    "(a send and a receive issued together and waited for, an addition, the "
-                    "Python between them).")
+        lead_en = "Even with no more processes than cores" if over else (
+            "Although the processes did not outnumber the cores")
+        lead_zh = "即使进程数不多于核心数" if over else "虽然这里进程数不多于核心数"
+        other_zh = "另一个可能的原因（同样没有测量）" if over else "一个可能的原因（这里没有测量）"
+        missed_en = _listed([f"{ratio[k]:.1f} times the model with {k} processes"
+                             for k in fewer], "and")
+        missed_zh = "、".join(f"{ratio[k]:.1f} 倍（{k} 个进程）" for k in fewer)
+        other_en = ("another candidate, not measured either," if over
+                    else "a candidate cause, not measured here,")
+        text_en += (f" {lead_en} (at most {most:.2g} per core), the ring took {missed_en}; "
+                    f"{other_en} is each step's work beyond one message.")
         text_zh += (f"{lead_zh}（每个核心至多 {most:.2g} 个进程），环的实测时间仍是模型的 "
-                    + "、".join(f"{ratio[k]:.1f} 倍（{k} 个进程）" for k in fewer)
-                    + "。那里每个进程都可以独占一个核心，被调度出去的对端不大像是原因；"
-                    "另一个可能的原因（同样没有测量）是每一步"
-                    "在一条消息之外还要做的事（同时发起一次发送和一次接收并等它们完成、一次加法，"
-                    "以及其间的 Python 代码）。")
+                    f"{missed_zh}；{other_zh}是每一步在一条消息之外还要做的事。")
     return message(en=text_en, zh=text_zh)
+
+
+def _listed(items: Sequence[str], conjunction: str) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    items = list(items)
+    if len(items) < 2:
+        return "".join(items)
+    return ", ".join(items[:-1]) + f" {conjunction} " + items[-1]
 
 
 def link_reading(between_gpus: bool) -> dict[str, Text]:
@@ -673,17 +676,13 @@ def link_reading(between_gpus: bool) -> dict[str, Text]:
     if between_gpus:
         return {
             "causes": message(
-                en="Two causes are candidates, and this page does not measure which one acts "
-                   "where: every call launches kernels and synchronises the two GPUs, a fixed "
-                   "cost that varies from call to call; and NCCL changes its protocol and the "
-                   "number of channels it uses with the size, so one $\\beta$ for all sizes "
-                   "cannot be right at both ends (the fit weighs every size alike, so it "
-                   "settles between them).",
-                zh="可能的原因有两个，本页并没有测量哪一个在哪里起作用：每次调用都要发射核函数，"
-                   "并让两块 GPU 同步，这份固定开销每次调用都不一样；NCCL 还会随大小切换协议和"
-                   "所用通道的数目，"
-                   "所以对所有大小只用一个 $\\beta$，不可能在两端都对（拟合对每种大小一视同仁，"
-                   "结果就落在两者之间）。"),
+                en="Two candidate causes, not measured apart here: every call launches "
+                   "kernels and synchronises the two GPUs, a fixed cost that varies from call "
+                   "to call; and NCCL changes its protocol and channels with the size, so no "
+                   "single $\\beta$ fits both ends.",
+                zh="可能的原因有两个，这里没有分开测量：每次调用都要发射核函数，并让两块 GPU 同步，"
+                   "这份固定开销每次都不一样；NCCL 还会随大小切换协议和通道数，所以单一的 "
+                   "$\\beta$ 不可能在两端都对。"),
             "summary": message(
                 en="Read $\\alpha$ and $\\beta$ as a summary of the link between these two "
                    "GPUs through NCCL",
@@ -698,23 +697,20 @@ def link_reading(between_gpus: bool) -> dict[str, Text]:
                    "这两块 GPU 之间是 NVLink 还是只有 PCIe，决定了这次运行能落在哪里。")}
     return {
         "causes": message(
-            en="Three causes are candidates, and this page does not measure which one acts "
-               "where: the smallest messages wait for the receiving process to be woken and "
-               "scheduled on a core, which varies from run to run; a message that fits in the "
-               "processors' caches is copied faster than one that must go through memory, so "
-               "one $\\beta$ for all sizes cannot be right at both ends (the fit weighs every "
-               "size alike, so it settles between them); and a library may change its "
-               "protocol with the size (one piece for a small message, chunks for a large one).",
-            zh="可能的原因有三个，本页并没有测量哪一个在哪里起作用：最小的消息要等接收进程被唤醒、"
-               "被调度到某个核心上，这段时间每次运行都不一样；放得进处理器缓存的消息比必须经过内存的"
-               "消息复制得快，所以对所有大小只用一个 $\\beta$，不可能在两端都对（拟合对每种大小一视"
-               "同仁，结果就落在两者之间）；库还可能随消息大小切换协议（小消息一次发完，大消息分块发送）。"),
+            en="Three candidate causes, not measured apart here: the smallest messages wait "
+               "for the receiving process to be woken and scheduled, which varies from run to "
+               "run; a message that fits in the caches is copied faster than one that goes "
+               "through memory, so no single $\\beta$ fits both ends; and a library may change "
+               "its protocol with the size.",
+            zh="可能的原因有三个，这里没有分开测量：最小的消息要等接收进程被唤醒、被调度到核心上，"
+               "这段时间每次运行都不一样；放得进缓存的消息比必须经过内存的消息复制得快，所以单一的 "
+               "$\\beta$ 不可能在两端都对；库还可能随消息大小切换协议。"),
         "summary": message(
             en="Read $\\alpha$ and $\\beta$ as a summary of this machine's loopback",
             zh="$\\alpha$ 和 $\\beta$ 只是对这台机器回环接口的概括"),
         "elsewhere": message(
-            en="Between GPUs both numbers are different: the `nccl-tests` runs quoted in the "
-               "section \"Beyond One Machine\" reach tens to hundreds of GB/s over NVLink, with "
+            en="Between GPUs both numbers are different: the `nccl-tests` runs quoted in "
+               "\"Beyond One Machine\" reach tens to hundreds of GB/s over NVLink, with "
                "latencies of a few to tens of microseconds.",
             zh="在 GPU 之间，这两个数就不同了：“跨越多台机器”一节引用的 `nccl-tests` 运行结果显示，"
                "经由 NVLink 的带宽可达每秒几十到几百 GB，延迟为几微秒到几十微秒。")}
@@ -738,15 +734,13 @@ def sequence_lesson(compute: float, communicate: float, steps: Mapping[str, floa
     return message(
         en=f"{len(over)} of the {len(steps)} complete steps took longer than the two parts "
            f"alone, added ({added:,.1f} ms), by up to {over[worst]:,.1f} ms (\"{shown.en}\"): "
-           "the parts alone leave out what a complete step adds, the division that averages "
-           "the gradients, the copies into and out of a buffer or DDP's buckets, and, sent "
-           "per tensor, one message per tensor instead of one; these are candidates, not timed "
-           "apart here, except the buffer's copies below.",
+           "a step also divides to average, copies into and out of a buffer or DDP's buckets, "
+           "or sends a message per tensor, candidates not timed apart here except the "
+           "buffer's copies below.",
         zh=f"{len(steps)} 个完整的步骤中有 {len(over)} 个比两部分单独计时之和（{added:,.1f} "
-           f"毫秒）更久，最多多出 {over[worst]:,.1f} 毫秒（“{shown.zh}”）：单独计时的两部分没有"
-           "包括完整的一步另外要做的事，即求平均时对梯度的除法、复制进出缓冲区或 DDP 的桶，以及"
-           "逐个张量发送时每个张量一条消息而不是一条；这些都是可能的原因，这里没有单独计时，只有"
-           "下面缓冲区的复制例外。")
+           f"毫秒）更久，最多多出 {over[worst]:,.1f} 毫秒（“{shown.zh}”）：完整的一步还要做除法"
+           "求平均，复制进出缓冲区或 DDP 的桶，或者每个张量发一条消息；这些可能的原因这里没有"
+           "单独计时，只有下面缓冲区的复制例外。")
 
 
 def apart_false_alarm(a: int, b: int, settings: int = 1) -> float:
@@ -770,12 +764,10 @@ def powersgd_lesson(share: float, loss: float, plain_loss: float, ran: bool) -> 
                "让损失付出多少。")
     return message(
         en=f"PowerSGD sent {share:.1%} of the numbers at rank 1 (computed from the shapes), a "
-           "different gradient in every step, whose error the error feedback carries into "
-           f"later steps; its final loss, {loss:.4f} against {plain_loss:.4f}, says how much "
-           "these few steps lost.",
+           "different gradient every step, and ended these few steps at a loss of "
+           f"{loss:.4f} against {plain_loss:.4f}.",
         zh=f"PowerSGD 在秩为 1 时只发送了 {share:.1%} 的数（由形状算出），每一步的梯度都与原来"
-           f"不同，其误差由误差反馈带到之后的步骤中；它的最终损失是 {loss:.4f}，原始运行是 "
-           f"{plain_loss:.4f}，两者之差说明这寥寥几步损失了多少。")
+           f"不同；这寥寥几步之后，它的损失是 {loss:.4f}，原始运行是 {plain_loss:.4f}。")
 
 
 def buffer_lesson(one_buffer: float, per_tensor: float, copies: float) -> Text:

@@ -267,7 +267,7 @@ def ratio_lesson(measured: Mapping[int, float], model: Mapping[int, float],
     model_zh = "、".join(f"{model[k]:.2f}" for k in ks)
     counts_en, counts_zh = ", ".join(map(str, ks)), "、".join(map(str, ks))
     head = message(
-        en=f"On emulated links the server took {listed_en} times as long as the ring with "
+        en=f"on emulated links the server took {listed_en} times as long as the ring with "
            f"{counts_en} processes; the model of separate links says {model_en}",
         zh=f"在模拟链路上，{counts_zh} 个进程时服务器式的耗时{'分别' if len(ks) > 1 else ''}"
            f"是环形的 {listed_zh} 倍；"
@@ -318,20 +318,20 @@ def hidden_lesson(one_bucket: Timing, best: float, best_name: Text, faster: bool
     head = message(
         en=f"With one bucket a step took {one_bucket.median * 1e3:,.1f} ms, against "
            f"{(compute + communicate) * 1e3:,.1f} ms for the computation and the communication "
-           "timed alone, one after the other",
+           "timed alone and added",
         zh=f"只用一个桶时，一步耗时 {one_bucket.median * 1e3:,.1f} 毫秒；计算与通信各自单独计时，"
            f"两者相加为 {(compute + communicate) * 1e3:,.1f} 毫秒")
     limit = message(
         en=f"Backward took about {backward * 1e3:,.1f} ms (the computation minus a forward pass "
            "timed alone); the smaller of it and the communication, "
-           f"{bound * 1e3:,.1f} ms, is the most that any bucketing could hide here.",
+           f"{bound * 1e3:,.1f} ms, is the most any bucketing could hide here.",
         zh=f"反向传播约耗时 {backward * 1e3:,.1f} 毫秒（计算减去单独计时的前向传播）；反向传播与"
            f"通信两者中较短的那个，即 {bound * 1e3:,.1f} 毫秒，"
            "是这里任何分桶方式最多能藏起来的时间。")
     cores = message(en="", zh="") if loopback is None else message(
-        en=f" The emulated links need no cores, but the real all-reduce underneath, over the "
-           f"loopback, does: it took {loopback * 1e3:,.1f} ms alone, and runs on the cores "
-           "that compute backward.",
+        en=f" The emulated links need no cores, but the real all-reduce underneath does: "
+           f"{loopback * 1e3:,.1f} ms alone over the loopback, on the cores that compute "
+           "backward.",
         zh=f"模拟链路本身不占用核心，但底下真正经由回环接口的全归约要占用：它单独计时为 "
            f"{loopback * 1e3:,.1f} 毫秒，用的正是计算反向传播的那些核心。")
     if not faster:
@@ -350,7 +350,7 @@ def hidden_lesson(one_bucket: Timing, best: float, best_name: Text, faster: bool
     return message(
         en=head.en + f"; with “{best_name.en}” it took {best * 1e3:,.1f} ms: "
                      f"{gain * 1e3:,.1f} ms, {gain / communicate:.0%} of the communication, "
-                     "hidden behind the backward pass. " + limit.en + cores.en,
+                     "hidden behind backward. " + limit.en + cores.en,
         zh=head.zh + f"；改用“{best_name.zh}”后，一步为 {best * 1e3:,.1f} 毫秒：有 "
                      f"{gain * 1e3:,.1f} 毫秒，即通信的 {gain / communicate:.0%}，藏到了反向传播"
                      "后面。" + limit.zh + cores.zh)
@@ -396,7 +396,7 @@ def overlap_close(on_links: bool, elsewhere: bool, backend: str = "gloo",
                f"这次运行中，{where.zh}，分桶也带来了好处。")
     return message(
         en="buckets hide communication behind backward where the links work without the "
-           f"processors, as the emulated links show; on {where.en}, the same `bucket_cap_mb` "
-           "settings showed no gain beyond the rounds' spread in this run.",
+           f"processors, as the emulated links show; on {where.en}, the same settings showed "
+           "no gain beyond the rounds' spread in this run.",
         zh="链路不需要处理器就能工作时，分桶能把通信藏到反向传播后面，模拟链路显示了这一点；"
-           f"{where.zh}，同样的 `bucket_cap_mb` 设置在这次运行中没有显示出超出各遍之间波动的收益。")
+           f"{where.zh}，同样的设置在这次运行中没有显示出超出各遍之间波动的收益。")
