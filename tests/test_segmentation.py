@@ -541,7 +541,12 @@ def test_the_pages_direction_counts_only_clear_differences(_no_capture, capsys):
     exec(_page_code(None, "def predicted_ms", page=MEASURING), names)
     printed = capsys.readouterr().out
     assert names["compared"] == ["sort", "ignore_index"] and names["disagree"] == ["sort"]
-    assert "disagree on which is faster for sort" in names["direction_verdict"].en
+    said = names["direction_verdict"].en
+    assert said.startswith("the model predicted the sort loss faster than the original")
+    assert "but the timings found it slower in every round" in said
+    assert "here the model is wrong, so trust the timings" in said
+    assert "the model predicted the ignore_index loss faster" in said and "and the timings" in said
+    assert "where" not in said.replace("the original", "")  # within its spread: not said
     assert "(its predictions from the two versions' profiles overlap)" in printed  # where
     assert "sort slower in every round); they disagree on which is faster (" in printed
     assert "by chance with a probability of 6%" in printed  # the false-alarm chance, stated
