@@ -606,3 +606,47 @@ def test_refill_takes_a_new_first_cell_without_running_again(book, monkeypatch):
     book("print(answer + 2)")  # other code: refill refuses
     with pytest.raises(BookError, match="changed since"):
         execute.refill("demo", "torch")
+
+
+def test_adjacent_printed_lines_are_one_output():
+    """merged_streams: adjacent stream outputs of one name become one (a loop's lines are one
+    block on the page, not a box per line); another stream's name or a figure between them
+    keeps them apart, and the order stays."""
+    new = nbformat.v4.new_output
+    outputs = [new("stream", name="stdout", text="round 1/3\n"),
+               new("stream", name="stdout", text="round 2/3\n"),
+               new("stream", name="stderr", text="warning\n"),
+               new("stream", name="stdout", text="round 3/3\n"),
+               new("display_data", data={"text/plain": "<Figure>"}),
+               new("stream", name="stdout", text="after\n"),
+               new("stream", name="stdout", text="the figure\n")]
+    before = [dict(o) for o in outputs]
+    merged = notebooks.merged_streams(outputs)
+    assert [(o.output_type, o.get("name"), o.get("text")) for o in merged] == [
+        ("stream", "stdout", "round 1/3\nround 2/3\n"), ("stream", "stderr", "warning\n"),
+        ("stream", "stdout", "round 3/3\n"), ("display_data", None, None),
+        ("stream", "stdout", "after\nthe figure\n")]
+    assert [dict(o) for o in outputs] == before  # the outputs given are left as they were
+    assert notebooks.merged_streams([]) == []
+
+
+def test_a_cell_that_prints_in_several_messages_shows_one_output(book):
+    """The kernel sends a loop's lines in several messages (a flush, a pause): execute writes
+    them as one output; refill joins them in a notebook executed before the pipeline did."""
+    root = book('import time\nfor k in (1, 2):\n    print(f"round {k}/2", flush=True)\n'
+                '    time.sleep(0.3)')
+    execute.execute("demo", "torch")
+    for lang in ("en", "zh"):
+        code = [c for c in _notebook(root, lang).cells if c.cell_type == "code"]
+        assert [(o.output_type, o.name, o.text) for o in code[2].outputs] == [
+            ("stream", "stdout", "round 1/2\nround 2/2\n")]
+    path = root / "notebooks" / "en" / "torch" / "demo.ipynb"
+    old = nbformat.read(path, 4)  # as an earlier pipeline wrote it: a stream per message
+    cell = [c for c in old.cells if c.cell_type == "code"][2]
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=line)
+                    for line in ("round 1/2\n", "round 2/2\n")]
+    nbformat.write(old, path)
+    execute.refill("demo", "torch")
+    code = [c for c in _notebook(root, "en").cells if c.cell_type == "code"]
+    assert [(o.output_type, o.name, o.text) for o in code[2].outputs] == [
+        ("stream", "stdout", "round 1/2\nround 2/2\n")]

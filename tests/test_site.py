@@ -204,11 +204,32 @@ def _fits_a_phone(page, name, lang):
         page.set_viewport_size(size)
 
 
+def _top_groups_follow_the_page_bar(page, name, lang):
+    """The run note and the quick answers, right under the page bar's framework tabs, have no
+    tab bar of their own (three tab bars on the first screen): the page bar's tabs switch
+    them. The page bar's tabs are the only ones above the quick answers' end."""
+    assert page.locator(".quick-answers .fw-tabs").count() == 0
+    note = page.locator("article h1 + .fw-group")
+    assert note.count() == 1 and note.locator(".fw-tabs").count() == 0
+    assert "blockquote" in note.inner_html()
+    page.evaluate("() => window.scrollTo(0, 0)")
+    above = page.evaluate("""() => {
+      const end = document.querySelector('.quick-answers').getBoundingClientRect().bottom;
+      return [...document.querySelectorAll('.fw-tabs')].filter(bar =>
+        bar.getClientRects().length && bar.getBoundingClientRect().top < end).length; }""")
+    assert above == 1
+    for fw, other in (("mxnet", "torch"), ("torch", "mxnet")):
+        page.locator(f".book-bar .fw-tab[data-fw={fw}]").click()
+        for box in (".quick-answers", "article h1 + .fw-group"):
+            assert all(_visible(page, f"{box} .fw-{fw}")), (box, fw)
+            assert not any(_visible(page, f"{box} .fw-{other}")), (box, fw)
+
+
 #: The checks that every chapter gets, in the order they run on each language's page (the
 #: formulas first, on the page as loaded, before any tab is clicked).
 GENERIC_CHECKS = {"formulas": _formulas_render, "links": _links_point_at_notebooks,
                   "images": _images_load, "licence": _footer_names_the_licences,
-                  "phone width": _fits_a_phone}
+                  "phone width": _fits_a_phone, "top tabs": _top_groups_follow_the_page_bar}
 
 
 def _switch_language(page, name, lang):
@@ -375,6 +396,13 @@ def test_no_chapter_scrolls_sideways_on_a_phone(visits, name):
     visit = visits(name)
     for lang in LANGS:
         visit.verdict("phone width", lang)
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_run_note_and_quick_answers_follow_the_page_bar(visits, name):
+    visit = visits(name)
+    for lang in LANGS:
+        visit.verdict("top tabs", lang)
 
 
 # ---- Pages of their own ----
@@ -663,7 +691,7 @@ def test_chinese_pages_speak_simplified_chinese_in_the_interface(site_url, path)
     assert all(button["title"] == "打印 / 另存为 PDF" for button in prints)  # as book.js labels it
     assert prints or path == "search.html"  # every page but the search page can be printed
     english = ('title="Link to this heading"', 'title="Link to this image"',
-               'aria-label="Toggle hidden content"')
+               'aria-label="Toggle hidden content"', 'aria-label="Main"', 'aria-label="Page"')
     assert [label for label in english if label in str(_html("zh", path))] == []
     assert len(_html("zh", path).head.find_all("meta", attrs={"name": "viewport"})) == 1
 
@@ -779,13 +807,51 @@ def test_language_switch_keeps_the_section(phone_or_desktop, site_url, lang):
     path = f"chapters/{name}.html"
     ids = _section_ids(lang, path)
     page.goto(f"{site_url}/{lang}/{path}#{ids[2]}")
-    page.locator(".book-lang").click()
+    _click_language_switch(page)
     page.wait_for_url(f"{site_url}/{other}/{path}#{ids[2]}")
     assert page.locator(f"section#{ids[2]}").count() == 1
     page.evaluate(f"() => {{ location.hash = '#{ids[-1]}'; }}")  # moved within the page
-    page.locator(".book-lang").click()
+    _click_language_switch(page)
     page.wait_for_url(f"{site_url}/{lang}/{path}#{ids[-1]}")
     assert page.locator(f"section#{ids[-1]}").count() == 1
+    assert page.errors == []
+
+
+def _click_language_switch(page):
+    """Click the language switch where it is, as a reader does: the header holding it stays
+    at the top of the window, and Playwright's own click would scroll the page first."""
+    box = page.locator(".book-lang").bounding_box()
+    assert box and box["y"] >= 0 and box["y"] + box["height"] <= page.viewport_size["height"]
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+
+
+@pytest.mark.parametrize("phone_or_desktop", VIEWPORTS, indirect=True)
+@pytest.mark.parametrize("lang", LANGS)
+def test_language_switch_lands_on_the_section_being_read(phone_or_desktop, site_url, lang):
+    """A reader who scrolled to a section (no #anchor in the address) and switches language
+    there, with the switch that stays in view, lands on that section of the other edition;
+    at the top of a page the switch opens the other page at its top; on the search page it
+    keeps the query."""
+    page, other = phone_or_desktop, {"en": "zh", "zh": "en"}[lang]
+    name = "host-device-sync-measuring"
+    path = f"chapters/{name}.html"
+    ids = _section_ids(lang, path)
+    page.goto(f"{site_url}/{lang}/{path}")
+    page.wait_for_load_state("load")
+    page.evaluate("() => localStorage.setItem('book-framework', 'torch')")
+    page.evaluate(f"() => document.getElementById('{ids[3]}').scrollIntoView()")
+    page.wait_for_timeout(200)
+    _click_language_switch(page)
+    page.wait_for_url(f"{site_url}/{other}/{path}#{ids[3]}")
+    page.wait_for_load_state("load")
+    page.wait_for_function(IN_VIEW, arg=ids[3], timeout=10_000)
+    page.evaluate("() => window.scrollTo(0, 0)")
+    page.wait_for_timeout(200)
+    _click_language_switch(page)
+    page.wait_for_url(f"{site_url}/{lang}/{path}")
+    page.goto(f"{site_url}/{lang}/search.html?q=ring")
+    _click_language_switch(page)
+    page.wait_for_url(f"{site_url}/{other}/search.html?q=ring")
     assert page.errors == []
 
 
@@ -846,7 +912,7 @@ def test_framework_bar_only_on_pages_with_code(phone_or_desktop, site_url, lang)
     for path in ("index.html", "search.html"):
         page.goto(f"{site_url}/{lang}/{path}")
         page.wait_for_load_state("load")
-        assert page.locator(".book-bar .book-lang").is_visible()
+        assert page.locator(".bd-header-article .book-lang").is_visible()
         assert page.locator(".fw-tabs, .fw-tab").count() == 0
     page.goto(f"{site_url}/{lang}/chapters/{CHAPTERS[0]}.html")
     page.wait_for_load_state("load")
@@ -910,15 +976,77 @@ def test_search_snippets_show_no_latex_or_code(phone_or_desktop, site_url, lang)
             for code in ("\\", "import torch", "from d2l_ext import", "$$", ">>>",
                          "kernelName", "requestKernel", ".ipynb", ".pdf"):
                 assert code not in snippet, (term, code, snippet)
-            # what every chapter starts with: its run note and the quick answers' heading
+            # what every chapter starts with: its run note, the quick answers' heading and
+            # their lead-in sentence
             assert RUN_NOTE[lang] not in snippet, (term, snippet)
             assert not snippet.lstrip(". ").startswith(QUICK_ANSWERS[lang]), (term, snippet)
+            assert QUICK_LEAD_IN[lang] not in snippet, (term, snippet)
     assert page.errors == []
 
 
 #: How a chapter's run note starts, and its quick answers' heading (tools/pipeline/runinfo.py).
 RUN_NOTE = {"en": "The outputs on this page come from", "zh": "本页输出来自"}
 QUICK_ANSWERS = {"en": "Quick answers", "zh": "速查"}
+#: How the quick answers' lead-in sentence starts ("What to try, and what each did in this
+#: page's run (each link leads to its section):").
+QUICK_LEAD_IN = {"en": "What to try", "zh": "值得一试的做法"}
+
+#: Search.htmlToText (book.js) on each chapter page fetched as the search page fetches it:
+#: the text, the page's title, and each inline formula's LaTeX with book.js's text of it.
+_SNIPPET_TEXT = """async path => {
+  const html = await (await fetch(path)).text();
+  const doc = new DOMParser().parseFromString(html, 'text/html');
+  const title = doc.querySelector('article h1').textContent.replace(/#\\s*$/, '').trim();
+  const formulas = [...doc.querySelectorAll('article p span.math')].slice(0, 12)
+    .map(el => [el.textContent, Search.texAsText(el.textContent)]);
+  return {text: Search.htmlToText(html, ''), title, formulas};
+}"""
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_snippets_leave_out_the_title_and_the_lead_in_and_keep_formulas_as_text(page, site_url,
+                                                                                 lang):
+    """The text that a hit's snippet is cut from (book.js's Search.htmlToText): without the
+    page's title (the hit's link says it), the run note, the quick answers' heading and
+    lead-in; a formula in it reads as text, not as a gap or as LaTeX."""
+    page.goto(f"{site_url}/{lang}/search.html")
+    page.wait_for_function("() => typeof Search !== 'undefined' && Search.bookPatched")
+    with_formulas = 0
+    for name in CHAPTERS:
+        got = page.evaluate(_SNIPPET_TEXT, f"chapters/{name}.html")
+        text = " ".join(got["text"].split())
+        assert got["title"] and got["title"] not in text, (name, text[:200])
+        for start in (RUN_NOTE[lang], QUICK_ANSWERS[lang], QUICK_LEAD_IN[lang]):
+            assert start not in text[:400], (name, start, text[:400])
+        assert "\\" not in text and "\\(" not in got["text"], name
+        for tex, said in got["formulas"]:
+            assert said and "\\" not in said and "{" not in said, (tex, said)
+            assert said in text, (name, tex, said)
+            with_formulas += 1
+    assert with_formulas > 20
+    assert page.errors == []
+
+
+#: LaTeX of the book's formulas and the text a snippet shows for it (book.js's texAsText).
+FORMULA_TEXTS = [
+    ("\\(2P + 2P + 12P\\)", "2P + 2P + 12P"),
+    ("\\(B \\times w\\)", "B × w"),
+    ("\\(\\alpha + n/\\beta\\)", "α + n/β"),
+    ("\\(\\frac{12P}{a}\\)", "12P/a"),
+    ("\\(\\tfrac{1}{2} \\sqrt{n}\\)", "1/2 √n"),
+    ("\\(2^{-8} \\approx 0.4\\,\\%\\)", "2^(-8) ≈ 0.4 %"),
+    ("\\(P = \\sum_\\ell (n_{\\ell-1} n_\\ell + n_\\ell)\\)", "P = Σ_ℓ (n_(ℓ-1) n_ℓ + n_ℓ)"),
+    ("\\(\\textrm{MiB} \\cdot \\left\\lceil x \\right\\rceil\\)", "MiB · ⌈ x ⌉"),
+    ("\\[\\binom{n}{2} \\le \\max(a, b)\\]", "C(n, 2) ≤ max(a, b)"),
+]
+
+
+def test_a_formula_reads_as_text_in_a_snippet(page, site_url):
+    page.goto(f"{site_url}/en/search.html")
+    page.wait_for_function("() => typeof Search !== 'undefined' && Search.bookPatched")
+    said = page.evaluate("texts => texts.map(t => Search.texAsText(t))",
+                         [tex for tex, _ in FORMULA_TEXTS])
+    assert said == [text for _, text in FORMULA_TEXTS]
 
 
 def test_search_leaves_out_the_run_note_and_the_quick_answers_heading():
@@ -936,14 +1064,25 @@ def test_search_leaves_out_the_run_note_and_the_quick_answers_heading():
 
     notes = [quoted(fw, f"{RUN_NOTE['en']} a real run ({fw}).") for fw in ("torch", "mxnet")]
     heading = nodes.title(text=QUICK_ANSWERS["en"])
-    box = nodes.admonition("", heading, nodes.paragraph(text="What to try."),
+    lead_in = nodes.paragraph(text="What to try.")
+    box = nodes.admonition("", heading, lead_in, nodes.bullet_list(),
+                           nodes.paragraph(text="A closing note."),
                            classes=["tip", "quick-answers"])
     later = quoted("torch", "A quotation further down.")
     page = nodes.section("", nodes.title(text="Communication"), nodes.target(), *notes, box,
                          nodes.paragraph(text="The opening."), later)
     document = nodes.document(None, None)
     document += page
-    assert book_ext.not_searched(document) == [*notes, heading]
+    assert book_ext.not_searched(document) == [*notes, heading, lead_in]
+    # each framework's answers in a container of their own, each with its lead-in
+    leads = [nodes.paragraph(text=f"What to try ({fw}).") for fw in ("torch", "mxnet")]
+    per_framework = [nodes.container("", lead, nodes.bullet_list(), classes=["fw", f"fw-{fw}"])
+                     for lead, fw in zip(leads, ("torch", "mxnet"))]
+    heading = nodes.title(text=QUICK_ANSWERS["en"])
+    tabbed = nodes.document(None, None)
+    tabbed += nodes.section("", nodes.title(text="Memory"), nodes.admonition(
+        "", heading, *per_framework, classes=["tip", "quick-answers"]))
+    assert book_ext.not_searched(tabbed) == [heading, *leads]
     bare = nodes.section("", nodes.title(text="Landing"), nodes.paragraph(text="Prose."),
                          quoted("torch", "Not a run note."))
     landing = nodes.document(None, None)
@@ -1053,6 +1192,15 @@ def test_printed_tables_keep_their_lines_and_result_tables_fit():
     assert book_ext.is_text_table("name      time\n-----  ----\nmm        3.2 ms\n")
     assert not book_ext.is_text_table("Exercise 2: set steps_to_pay, then run the cell again.")
     assert not book_ext.is_text_table("差不到  1%，这是测量之间的噪声")  # one stray double space
+    log = ("V1130 09:57:06.681000 30574 torch/_dynamo/guards.py:5396] [0/1] [__recompiles] "
+           "Recompiling function gelu in /tmp/ipykernel_30574/3523240837.py:1\n"
+           "V1130 09:57:06.681000 30574 torch/_dynamo/guards.py:5396] [0/1] [__recompiles]     "
+           "triggered by the following guard failure(s):\n"
+           "V1130 09:57:06.681000 30574 torch/_dynamo/guards.py:5396] [0/1] [__recompiles]     "
+           "- 0/0: tensor 'x' size mismatch at index 0. expected 16777216, actual 16777120\n")
+    assert not book_ext.is_text_table(log)  # a log's indented messages are no columns
+    assert not book_ext.is_text_table("[09:57:06] ../src/a.cc:12:   x\n"
+                                      "[09:57:07] ../src/a.cc:12:   y\n")
     table = ('<table class="d2l-table">\n<thead><tr><th style="text-align: right">strategy</th>'
              '<th style="text-align: right">MiB</th></tr></thead>\n<tbody>\n'
              '<tr><td style="text-align: right">DDP</td>'
@@ -1234,3 +1382,139 @@ def test_the_print_item_says_what_it_does(page, site_url, lang):
     page.goto(f"{site_url}/{lang}/chapters/{CHAPTERS[0]}.html")
     item = page.locator(".btn-download-pdf-button .btn__text-container")
     assert item.count() == 1 and item.text_content().strip() == PRINT[lang]
+
+
+# ---- One search field, outputs, the landing page (issue #31, second review round) ----
+
+
+@pytest.mark.parametrize("width", [992, 1366])
+@pytest.mark.parametrize("lang", LANGS)
+def test_one_search_field_on_a_desktop(browser, site_url, width, lang):
+    """Where the sidebar shows a search field (992 px and wider) it is the only one: the
+    theme's header strip above it, with a second field (an empty strip from 960 to 992 px),
+    is gone, and the sidebars stick to the top of the window when the page scrolls."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = _watched_page(context)
+    try:
+        page.goto(f"{site_url}/{lang}/chapters/{CHAPTERS[0]}.html")
+        page.wait_for_load_state("load")
+        fields = page.evaluate("""() => [...document.querySelectorAll('.search-button-field')]
+          .filter(e => e.getClientRects().length).map(e => !!e.closest('.bd-sidebar-primary'))""")
+        assert fields == [True]
+        assert not page.locator("#pst-header").is_visible()
+        assert page.locator(".bd-header-article .book-lang").is_visible()
+        page.evaluate("() => window.scrollTo(0, 3000)")
+        page.wait_for_timeout(100)
+        tops = page.evaluate("""() => ['.bd-sidebar-primary', '.bd-sidebar-secondary'].map(s =>
+          document.querySelector(s).getBoundingClientRect().top)""")
+        assert all(abs(top) < 1 for top in tops), tops
+        assert page.errors == []
+    finally:
+        context.close()
+
+
+@page_check("tuning-tips-switches", ("en",))
+def test_a_long_log_line_wraps_in_its_box(page, lang):
+    """TORCH_LOGS' recompilation lines (wider than the column) wrap: the guard that failed
+    shows, not beyond the box's edge. Text tables keep their lines (their own test)."""
+    logs = page.locator(".cell_output pre", has_text="[__recompiles]")
+    assert logs.count() >= 1
+    for i in range(logs.count()):
+        fits = logs.nth(i).evaluate("pre => pre.scrollWidth <= pre.clientWidth + 1")
+        assert fits, logs.nth(i).inner_text()[:200]
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_a_cells_printed_lines_are_one_block(site_url, lang):
+    """A cell's lines printed in a row (a loop's "round k/5", say) show as one output block,
+    not a grey box per line: no two outputs of the same stream follow each other."""
+    found = []
+    for name in CHAPTERS:
+        for area in _html(lang, f"chapters/{name}.html").select(".cell_output"):
+            outputs = [child for child in area.find_all(recursive=False)
+                       if "output" in child.get("class", [])]
+            for first, second in zip(outputs, outputs[1:]):
+                kinds = [("stderr" if "stderr" in o["class"] else "stream")
+                         for o in (first, second) if "stream" in o["class"]
+                         or "stderr" in o["class"]]
+                if len(kinds) == 2 and kinds[0] == kinds[1]:
+                    found.append((name, first.get_text()[:60]))
+    assert found == []
+
+
+def _landing_items(lang: str) -> dict[str, str]:
+    """Chapter name -> the text of its item in the built landing page's list of chapters."""
+    article = _html(lang, "index.html").select_one("article")
+    items = {}
+    for li in article.select("ol > li"):
+        link = li.select_one("a[href^='chapters/']")
+        if link is not None:
+            items[Path(link["href"].split("#")[0]).stem] = " ".join(li.get_text().split())
+    return items
+
+
+def test_the_landing_page_reads_well():
+    """The opening sentence lists its topics with one ", and"; the "out of memory" reading
+    path leads to the transformers page's activations and recomputation; each zh chapter
+    item joins title and description with a dash (the title has a colon of its own) and
+    names the machine in its run time without a chain of colons."""
+    en = _html("en", "index.html").select_one("article")
+    opening = " ".join(en.find("p").get_text().split())
+    assert opening.count(", and ") == 1, opening
+    for lang, words in (("en", "Out of memory"), ("zh", "显存不足")):
+        path = next(li for li in _html(lang, "index.html").select("article li")
+                    if li.get_text().startswith(words))
+        links = {a["href"] for a in path.select("a")}
+        assert {"chapters/transformers.html#sec-transformers-activations",
+                "chapters/transformers.html#sec-transformers-recompute"} <= links, links
+    items = _landing_items("zh")
+    assert set(items) == set(toc.chapters())
+    for name, text in items.items():
+        title = _html("zh", f"chapters/{name}.html").select_one("article h1").get_text()
+        title = re.sub(r"^[\d.]+\s*|#$", "", title.strip()).strip()
+        assert text.startswith(f"{title}——"), text
+        assert "机器：" not in text and text.count("运行时间：") == 1, text
+
+
+def test_run_times_name_each_machine_once_in_each_language(tmp_path):
+    """The landing page's run times ({run-times}): one machine for both frameworks is named
+    once; a machine per framework goes in brackets after each time (zh without the run
+    note's brackets in brackets)."""
+    sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
+    import book_runtimes
+    import nbformat
+
+    def notebook(lang, framework, run, seconds):
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_code_cell("x = 1")
+        cell.metadata["execution"] = {"iopub.status.busy": "2026-01-01T10:00:00+00:00",
+                                      "iopub.status.idle": f"2026-01-01T10:{seconds // 60:02d}:"
+                                                           f"{seconds % 60:02d}+00:00"}
+        nb.cells.append(cell)
+        nb.metadata["d2l_ext"] = {"run": run}
+        path = tmp_path / "notebooks" / lang / framework / "x.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, path)
+
+    intel = dict(gpus=0, cpu="Intel Xeon", size="full", date="2026-01-01")
+    amd = dict(intel, cpu="AMD EPYC")
+    for lang in LANGS:
+        notebook(lang, "torch", intel, 70)
+        notebook(lang, "mxnet", intel, 30)
+    assert book_runtimes.run_times(tmp_path, "zh", "x") == \
+        "PyTorch 约 1 分钟，MXNet 不到 1 分钟，都在只有 CPU 的机器（Intel Xeon）上"
+    assert book_runtimes.run_times(tmp_path, "en", "x") == \
+        "PyTorch about 1 minute, MXNet under a minute, on CPU only (Intel Xeon)"
+    for lang in LANGS:
+        notebook(lang, "mxnet", amd, 30)
+    assert book_runtimes.run_times(tmp_path, "zh", "x") == \
+        "PyTorch 约 1 分钟（仅 CPU，Intel Xeon），MXNet 不到 1 分钟（仅 CPU，AMD EPYC）"
+    assert book_runtimes.run_times(tmp_path, "en", "x") == \
+        "PyTorch about 1 minute, on CPU only (Intel Xeon); MXNet under a minute, on CPU only " \
+        "(AMD EPYC)"
+    h100 = dict(intel, gpus=1, gpu="H100")
+    for lang in LANGS:
+        notebook(lang, "torch", h100, 70)
+        notebook(lang, "mxnet", h100, 30)
+    assert book_runtimes.run_times(tmp_path, "zh", "x") == \
+        "PyTorch 约 1 分钟，MXNet 不到 1 分钟，都在 1 块 H100 上"

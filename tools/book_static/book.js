@@ -64,10 +64,15 @@
     return bar;
   }
 
-  // Consecutive framework-specific siblings form one tab group.
+  // Consecutive framework-specific siblings form one tab group. The groups right under the
+  // page bar's tabs (the run note and the quick answers) get no tab bar of their own: the
+  // page bar's, a line above, switches them (three tab bars on the first screen said one
+  // thing three times).
   function buildGroups() {
     const selector = FRAMEWORKS.map((fw) => `.tag_${fw}, .fw-${fw}`).join(", ");
     const grouped = new Set();
+    const quiet = new Set([...runNotes(document),
+      ...document.querySelectorAll(".quick-answers > .fw")]);
     for (const first of Array.from(document.querySelectorAll(selector))) {
       if (grouped.has(first)) continue;
       const group = [first];
@@ -77,7 +82,8 @@
       const wrapper = document.createElement("div");
       wrapper.className = "fw-group";
       first.parentNode.insertBefore(wrapper, first);
-      wrapper.appendChild(tabBar());
+      if (group.some((el) => quiet.has(el))) wrapper.classList.add("fw-group-quiet");
+      else wrapper.appendChild(tabBar());
       group.forEach((el) => wrapper.appendChild(el));
       for (const fw of FRAMEWORKS) {
         if (!group.some((el) => frameworkOf(el) === fw)) {
@@ -146,32 +152,80 @@
       d.setAttribute("download", "");
       bar.appendChild(d);
     }
+    // The language switch sits among the buttons of the article's header, which stays at
+    // the top of the window as the page scrolls: a reader can switch at the section being
+    // read (languageSwitch), not only after scrolling back to the top.
     const other = meta("other-lang-url");
-    if (other) bar.appendChild(languageSwitch(other));
+    if (other) {
+      const buttons = document.querySelector(".bd-header-article .article-header-buttons");
+      if (buttons) buttons.prepend(languageSwitch(other));
+      else bar.appendChild(languageSwitch(other));
+    }
     const article = document.querySelector("article.bd-article") || document.querySelector("main");
-    if (article) article.insertBefore(bar, article.firstChild);
+    if (article && bar.children.length) article.insertBefore(bar, article.firstChild);
   }
 
-  // The same page in the other edition, at the same section: both editions share their
-  // section ids (book_sections.py), so the switch keeps the #anchor.
+  // The same page in the other edition, at the same place: both editions share their section
+  // ids (book_sections.py), so the switch carries an #anchor: the one in the address while
+  // its element is on the screen (a link followed to a section, a figure or an equation),
+  // else the section being read, the last whose heading is in or above the top third of the
+  // window (a reader who scrolled there has no #anchor). At the top of the page: none. The
+  // query goes along too (a search page's ?q=). The address is kept up to date as the
+  // reader scrolls, so that the link's address is right when it is copied or opened in a
+  // new tab, not only when it is clicked.
   function languageSwitch(other) {
     const a = link(other, TEXT.other, "book-lang");
     a.hreflang = lang === "en" ? "zh-Hans" : "en";
-    const follow = () => { a.href = other + location.hash; };
+    let pending = false;
+    const follow = () => {
+      pending = false;
+      const anchor = anchorInView();
+      a.href = other + location.search + (anchor ? `#${encodeURIComponent(anchor)}` : "");
+    };
+    const soon = () => {
+      if (!pending) { pending = true; requestAnimationFrame(follow); }
+    };
     follow();
     window.addEventListener("hashchange", follow);
-    a.addEventListener("click", follow);  // (before the browser follows it)
+    window.addEventListener("scroll", soon, { passive: true });
+    window.addEventListener("load", follow);
+    // (each before the browser follows the link, or offers to copy or open it)
+    ["pointerdown", "focus", "click", "contextmenu", "touchstart"].forEach((type) =>
+      a.addEventListener(type, follow, { passive: true }));
     return a;
   }
 
+  function anchorInView() {
+    const onScreen = (el) => {
+      const box = el.getBoundingClientRect();
+      return box.bottom > 0 && box.top < window.innerHeight && box.height + box.width > 0;
+    };
+    let id = "";
+    try { id = decodeURIComponent(location.hash.slice(1)); } catch (e) { /* a bad escape */ }
+    const target = id && document.getElementById(id);
+    if (target && onScreen(target)) return id;
+    const sections = Array.from(document.querySelectorAll("article section[id]"));
+    const line = window.innerHeight / 3;
+    let reading = null;
+    for (const section of sections) {
+      const heading = section.querySelector(":scope > h1, :scope > h2, :scope > h3, "
+        + ":scope > h4, :scope > h5, :scope > h6") || section;
+      if (heading.getBoundingClientRect().top <= line) reading = section;
+    }
+    // the page's own title (its outermost section) is the top of the page: no anchor
+    return reading && reading !== sections[0] ? reading.id : "";
+  }
+
   // Search results: the snippet under each hit is taken from the page's article (not the
-  // theme's buttons and print-only table of contents), without its formulas (LaTeX source
-  // before MathJax runs), code cells and outputs (searchtools.js's Search.htmlToText), and
-  // without what every chapter starts with, its run note and the quick answers' heading
-  // (book_ext.not_searched leaves them out of the index too).
-  const NOT_IN_SNIPPETS = [".math", "div.cell", "div.highlight", "pre", ".cell_output",
-    "mjx-container", "script", "style", ".headerlink",
-    ".quick-answers > .admonition-title"].join(", ");
+  // theme's buttons and print-only table of contents), without its code cells and outputs
+  // (searchtools.js's Search.htmlToText), without the page's title (the hit's link says it
+  // already), and without what every chapter starts with: its run note, the quick answers'
+  // heading and their lead-in sentence (book_ext.not_searched leaves them out of the index
+  // too). A formula reads as its text (LaTeX source before MathJax runs, see texAsText).
+  const NOT_IN_SNIPPETS = ["div.cell", "div.highlight", "pre", ".cell_output",
+    "mjx-container", "script", "style", ".headerlink", "article h1",
+    ".quick-answers > .admonition-title", ".quick-answers > .admonition-title + p",
+    ".quick-answers > .fw > p:first-child"].join(", ");
 
   // The run note: one framework container per framework right after the title, holding
   // only a block quote.
@@ -184,6 +238,47 @@
     return notes;
   }
 
+  // A formula as plain text for a snippet: "\(2P + 12P \times n\)" reads "2P + 12P × n"
+  // (symbols and Greek letters as characters, \frac{a}{b} as a/b, \text{...} as its words,
+  // no backslash or brace left), so that the sentence around it keeps its words.
+  const TEX_SYMBOLS = {
+    times: "×", cdot: "·", approx: "≈", le: "≤", leq: "≤", ge: "≥", geq: "≥", ne: "≠",
+    neq: "≠", lesssim: "≲", gtrsim: "≳", pm: "±", to: "→", rightarrow: "→", leftarrow: "←",
+    infty: "∞", sum: "Σ", prod: "Π", nabla: "∇", partial: "∂", oplus: "⊕", top: "⊤",
+    ell: "ℓ", lceil: "⌈", rceil: "⌉", lfloor: "⌊", rfloor: "⌋", mid: "|", ldots: "…",
+    dots: "…", cdots: "…", quad: " ", qquad: " ", alpha: "α", beta: "β", gamma: "γ",
+    delta: "δ", epsilon: "ε", varepsilon: "ε", eta: "η", theta: "θ", lambda: "λ", mu: "μ",
+    pi: "π", rho: "ρ", sigma: "σ", tau: "τ", phi: "φ", psi: "ψ", omega: "ω", Gamma: "Γ",
+    Delta: "Δ", Theta: "Θ", Lambda: "Λ", Pi: "Π", Sigma: "Σ", Phi: "Φ", Psi: "Ψ",
+    Omega: "Ω",
+  };
+  const GROUP = "\\{((?:[^{}]|\\{[^{}]*\\})*)\\}";  // {...}, one level of braces inside
+
+  function texAsText(tex) {
+    const braced = (s) => (/^[\w.]*$/u.test(s) ? s : `(${s})`);
+    let text = tex.trim().replace(/^\\[([]|\\[)\]]$/g, "");
+    for (let i = 0; i < 3; i++) {  // nested: \frac{\sqrt{n}}{2}
+      text = text
+        .replace(new RegExp(`\\\\(?:d|t)?frac\\s*${GROUP}\\s*${GROUP}`, "g"),
+          (_, a, b) => `${braced(a.trim())}/${braced(b.trim())}`)
+        .replace(new RegExp(`\\\\binom\\s*${GROUP}\\s*${GROUP}`, "g"),
+          (_, a, b) => `C(${a.trim()}, ${b.trim()})`)
+        .replace(new RegExp(`\\\\sqrt\\s*${GROUP}`, "g"), (_, a) => `√${braced(a.trim())}`)
+        .replace(new RegExp(`\\\\(?:text\\w*|math\\w+|operatorname|mbox)\\s*${GROUP}`, "g"),
+          (_, a) => a)
+        .replace(new RegExp(`([_^])${GROUP}`, "g"), (_, mark, a) => mark + braced(a.trim()));
+    }
+    return text
+      .replace(/\\(left|right|big|Big|bigg|Bigg)[lr]?(?![A-Za-z])/g, "")
+      .replace(/\\([A-Za-z]+)/g, (_, name) => TEX_SYMBOLS[name] ?? name)
+      .replace(/\\\|/g, "‖")
+      .replace(/\\([,;:! ])/g, " ")
+      .replace(/\\(.)/g, "$1")
+      .replace(/[{}]/g, "")
+      .replace(/\s+/g, " ")
+      .trim();
+  }
+
   function snippetsWithoutCode() {
     if (typeof Search === "undefined" || !Search.htmlToText || Search.bookPatched) return;
     const htmlToText = Search.htmlToText;
@@ -192,10 +287,15 @@
       const main = doc.querySelector('[role="main"]');
       const article = main && main.querySelector("article");
       if (article) main.replaceChildren(article);
+      doc.querySelectorAll(".math").forEach((el) => {
+        const text = texAsText(el.textContent);
+        el.replaceWith(el.matches("div") ? ` ${text} ` : text);
+      });
       [...runNotes(doc), ...doc.querySelectorAll(NOT_IN_SNIPPETS)]
         .forEach((el) => el.replaceWith(" "));
       return htmlToText(doc.documentElement.outerHTML, anchor);
     };
+    Search.texAsText = texAsText;  // (for the tests)
     Search.bookPatched = true;
   }
 

@@ -36,6 +36,7 @@ from pipeline import config, plain
 from pipeline.config import RUN_LANGUAGE, BookError, shown
 from pipeline.notebooks import (
     code_version,
+    merged_streams,
     notebook_path,
     placeholders,
     run_time_cell,
@@ -386,10 +387,12 @@ def _filled(book: nbformat.NotebookNode, executed: list[nbformat.NotebookNode], 
     """``book`` (a split notebook) with the outputs of the ``executed`` code cells, its prose
     filled with ``values`` and rewritten as plain Jupyter markdown (:mod:`pipeline.plain`:
     what Colab and Studio Lab render), the run note in ``lang`` under the title, and first
-    of all a cell with the notebook's run time (:func:`run_time_cell`)."""
+    of all a cell with the notebook's run time (:func:`run_time_cell`). Adjacent stream
+    outputs of a cell are joined (:func:`merged_streams`; a refill joins them in notebooks
+    executed before)."""
     code = [c for c in book.cells if c.cell_type == "code"]
     for mine, theirs in zip(code, executed, strict=True):
-        mine.outputs = copy.deepcopy(theirs.outputs)
+        mine.outputs = merged_streams(copy.deepcopy(theirs.outputs))
         mine.execution_count = theirs.execution_count
         if "execution" in theirs.metadata:  # nbclient's timestamps of the cell's run
             mine.metadata["execution"] = copy.deepcopy(theirs.metadata["execution"])

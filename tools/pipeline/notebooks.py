@@ -229,6 +229,25 @@ def _share(ratio: float, lang: str) -> str:
     return f"{ratio:.1f} 倍" if lang == "zh" else f"about {ratio:.1f} times"
 
 
+def merged_streams(outputs: list) -> list:
+    """A cell's outputs with each run of adjacent stream outputs of the same name (stdout,
+    stderr) joined into one: a loop that prints a line per round shows one block of lines,
+    not a box per line (nbclient keeps a stream output per message the kernel sent). Streams
+    that a figure or another output stands between stay apart, in their order. nbval
+    compares a cell's streams joined (its ``coalesce_streams``), so it sees no change."""
+    merged: list = []
+    for output in outputs:
+        last = merged[-1] if merged else None
+        if (last is not None and output.get("output_type") == "stream"
+                and last.get("output_type") == "stream"
+                and last.get("name") == output.get("name")):
+            merged[-1] = copy.deepcopy(last)
+            merged[-1]["text"] = last["text"] + output["text"]
+        else:
+            merged.append(output)
+    return merged
+
+
 def run_seconds(cells: list[nbformat.NotebookNode], run: dict) -> float | None:
     """The seconds from the first executed cell's start to the last one's end, from the
     timestamps nbclient keeps in each cell (``metadata.execution``); else the duration the

@@ -14,7 +14,7 @@ import re
 import nbformat
 
 from pipeline.config import FRAMEWORKS, BookError
-from pipeline.notebooks import HIDE_INPUT, notebook_path
+from pipeline.notebooks import HIDE_INPUT, merged_streams, notebook_path
 from pipeline.runinfo import run_note
 from pipeline.sources import (
     FRAMEWORK_BLOCK,
@@ -97,6 +97,10 @@ def _apart(cell: nbformat.NotebookNode, image: int) -> list[nbformat.NotebookNod
 def merge(chapter: Chapter) -> nbformat.NotebookNode:
     """One page notebook: framework cells tagged, framework prose in containers."""
     runs = {fw: nbformat.read(notebook_path(chapter, fw), 4) for fw in FRAMEWORKS}
+    for nb in runs.values():  # one block per run of printed lines (as execute writes them)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                cell.outputs = merged_streams(cell.outputs)
     by_index = {fw: {c.metadata["d2l_ext"]["source_index"]: c for c in nb.cells
                      if "source_index" in c.metadata.get("d2l_ext", {})}
                 for fw, nb in runs.items()}

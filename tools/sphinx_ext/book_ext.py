@@ -131,8 +131,10 @@ def _download_notebooks_only(app, pagename: str, templatename: str, context: dic
 def not_searched(doctree: nodes.Node) -> list[nodes.Node]:
     """What every chapter page starts with and search leaves out: the run note under the
     title (a framework container per framework that holds only a block quote, right after
-    the title, before any other text) and the quick answers' heading. Indexed, they made
-    every page a hit for the machine's name, and every snippet start with them."""
+    the title, before any other text), the quick answers' heading and their lead-in
+    sentence (the box's first paragraph, or each framework container's in the box: "What
+    to try, and what each did in this page's run…"). Indexed, they made every page a hit
+    for the machine's name, and every snippet start with them."""
     found: list[nodes.Node] = []
     top = next(iter(doctree.findall(nodes.section)), None)
     if top is not None and top.children and isinstance(top[0], nodes.title):
@@ -146,6 +148,13 @@ def not_searched(doctree: nodes.Node) -> list[nodes.Node]:
     for box in doctree.findall(lambda n: isinstance(n, nodes.Element)
                                and "quick-answers" in n.get("classes", [])):
         found += [child for child in box.children if isinstance(child, nodes.title)]
+        body = [child for child in box.children if not isinstance(child, nodes.title)]
+        if body and isinstance(body[0], nodes.paragraph):
+            found.append(body[0])
+        for child in body:
+            if (isinstance(child, nodes.container) and "fw" in child["classes"]
+                    and child.children and isinstance(child[0], nodes.paragraph)):
+                found.append(child[0])
     return found
 
 
@@ -176,11 +185,22 @@ ALIGNED = re.compile(r"\S {2,}\S")
 TEXT_TABLE = "text-table"
 
 
+#: A line of a log: glog's header (PyTorch's TORCH_LOGS, "V1130 09:57:06.681000 30574
+#: torch/_dynamo/guards.py:5396] ..."), MXNet's ("[09:57:06] ../src/x.cc:12: ...") or
+#: Python logging's ("WARNING:root:..."). Its message may be indented after the header,
+#: which is not a table's column: a log's long lines wrap like sentences.
+LOG_LINE = re.compile(r"^(?:[DIWEFV]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]"
+                      r"|\[\d\d:\d\d:\d\d\] \S+:\d+: "
+                      r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]*:)")
+
+
 def is_text_table(text: str) -> bool:
     """Whether a printed output is a fixed-width table (a profiler's, MXNet's C API dump,
     aligned timings): two or more of its lines align columns with runs of spaces. A
-    sentence has single spaces, so printed prose can wrap on a narrow screen."""
-    return sum(bool(ALIGNED.search(line)) for line in text.splitlines()) >= 2
+    sentence has single spaces, so printed prose can wrap on a narrow screen; so do the
+    lines of a log (:data:`LOG_LINE`), whose indented messages are no columns."""
+    return sum(bool(ALIGNED.search(line)) and not LOG_LINE.match(line)
+               for line in text.splitlines()) >= 2
 
 
 _ROW = re.compile(r"<tr>(.*?)</tr>", re.S)

@@ -9,6 +9,7 @@ smoke-size run, or one that kept no cell times, says "not recorded".
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -20,8 +21,18 @@ from pipeline import notebooks, runinfo, toc  # noqa: E402
 
 FRAMEWORK_NAMES = {"torch": "PyTorch", "mxnet": "MXNet"}
 NOT_RECORDED = {"en": "not recorded", "zh": "未记录"}
-ON = {"en": "{times}, on {machine}", "zh": "{times}；机器：{machine}"}
+#: Both frameworks on one machine, named once ("…，都在只有 CPU 的机器（AMD EPYC）上").
+ON = {"en": "{times}, on {machine}", "zh": "{times}，都在{machine}上"}
+#: Each framework with its own machine ("PyTorch 约 1 分钟（仅 CPU，AMD EPYC）").
+EACH_ON = {"en": "{times}, on {machine}", "zh": "{times}（{machine}）"}
+#: How zh names a machine without a GPU: in a sentence, and in brackets (the run note's
+#: "仅 CPU（AMD EPYC）" would put brackets in brackets).
+ZH_CPU = {"in a sentence": "只有 CPU 的机器（{cpu}）", "in brackets": "仅 CPU，{cpu}"}
+ZH_CPU_NOTE = re.compile(r"^仅 CPU（(.*)）$")
 JOIN = {"en": ", ", "zh": "，"}
+#: Between the frameworks when each names its machine ("…, on CPU only (Intel…); MXNet…";
+#: zh "PyTorch 约 1 分钟（仅 CPU，Intel…），MXNet 不到 1 分钟（仅 CPU，AMD EPYC）").
+JOIN_EACH = {"en": "; ", "zh": "，"}
 
 
 def _page_time(root: Path, lang: str, page: str, framework: str) -> tuple[float, str] | None:
@@ -52,19 +63,35 @@ def framework_time(root: Path, lang: str, name: str, framework: str) -> tuple[st
     return notebooks._duration(sum(seconds for seconds, _ in found), lang), machines.pop()
 
 
+def machine_words(machine: str, lang: str, where: str) -> str:
+    """The machine as the landing page names it ``where`` ("in a sentence" or "in
+    brackets"): the run note's words, but for a zh machine without a GPU."""
+    if lang != "zh":
+        return machine
+    cpu = ZH_CPU_NOTE.match(machine)
+    if cpu:
+        return ZH_CPU[where].format(cpu=cpu.group(1))
+    return f" {machine} " if where == "in a sentence" else machine  # "都在 1 块 H100 上"
+
+
 def run_times(root: Path, lang: str, name: str) -> str:
     """``PyTorch about 22 minutes, MXNet about 5 minutes, on CPU only (AMD EPYC)``: one
-    machine named once, or each framework with its own."""
+    machine named once, or each framework with its own (zh: ``PyTorch 约 1 分钟（仅 CPU，
+    Intel…），MXNet 不到 1 分钟（仅 CPU，AMD EPYC）``, and one machine ``…，都在只有 CPU
+    的机器（AMD EPYC）上``)."""
     found = {fw: framework_time(root, lang, name, fw) for fw in FRAMEWORK_NAMES}
     machines = {machine for _, machine in found.values()}
     if len(machines) == 1 and None not in machines:
         times = JOIN[lang].join(f"{FRAMEWORK_NAMES[fw]} {d}" for fw, (d, _) in found.items())
-        return ON[lang].format(times=times, machine=machines.pop())
+        return ON[lang].format(times=times,
+                               machine=machine_words(machines.pop(), lang, "in a sentence"))
     parts = []
     for fw, (duration, machine) in found.items():
         said = f"{FRAMEWORK_NAMES[fw]} {duration}"
-        parts.append(ON[lang].format(times=said, machine=machine) if machine else said)
-    return ("; " if lang == "en" else "；").join(parts)
+        parts.append(EACH_ON[lang].format(times=said,
+                                           machine=machine_words(machine, lang, "in brackets"))
+                     if machine else said)
+    return JOIN_EACH[lang].join(parts)
 
 
 def run_times_role(name, rawtext, text, lineno, inliner, options=None, content=None):

@@ -41,9 +41,10 @@ UI_STRINGS: dict[str, dict[str, dict[str, str]]] = {
     },
 }
 #: Labels for screen readers that the themes and extensions write in English whatever the
-#: language (MyST-NB's and sphinx-togglebutton's "Toggle hidden content", the theme's
-#: navigation landmarks): replaced in the page's body here, and by book.js in the theme's
-#: frame and in what scripts add.
+#: language (MyST-NB's and sphinx-togglebutton's "Toggle hidden content", sphinx-book-theme's
+#: navigation landmarks "Main" and "Page"): replaced in the written page (the ``content``
+#: block of ``templates/layout.html``, the theme's frame and the page's body), and by
+#: book.js in what scripts add.
 ARIA_LABELS = {"zh": {"Toggle hidden content": "显示或隐藏内容", "Main": "主导航",
                       "Page": "本页"}}
 #: The search box's placeholder per language (Jupyter Book's default is English only).
@@ -104,12 +105,8 @@ def _search_bar_prompts_and_templates(app, config) -> None:
 
 
 def _aria_labels(app, pagename: str, templatename: str, context: dict, doctree) -> None:
-    labels = ARIA_LABELS.get(app.config.book_lang, {})
-    body = context.get("body")
-    if labels and isinstance(body, str):
-        for english, own in labels.items():
-            body = body.replace(f'aria-label="{english}"', f'aria-label="{own}"')
-        context["body"] = body
+    """The edition's labels for ``templates/layout.html`` (``book_aria_labels``)."""
+    context["book_aria_labels"] = ARIA_LABELS.get(app.config.book_lang, {})
 
 
 def setup(app) -> None:
