@@ -82,6 +82,19 @@ def attention_traffic(s: int, d: int, block_q: int | None = None, item: int = 2)
     return item * (s * d + math.ceil(s / block_q) * 2 * s * d + s * d)
 
 
+def causal_attention_traffic(s: int, d: int, block_q: int, block_k: int, item: int = 2) -> int:
+    """Bytes one head's tiled *causal* attention forward moves (:func:`attention_traffic`
+    counts the non-causal case): each query block is read once and the output written
+    once, but a query block ending at query e reads only the key blocks that start before
+    e, whole: min(s, ⌈e / block_k⌉·block_k) rows of k and as many of v (the key blocks
+    wholly after the query block are skipped)."""
+    if block_q < 1 or block_k < 1:
+        raise ValueError(f"block sizes must be at least 1, got {block_q} and {block_k}")
+    rows = sum(min(s, math.ceil(min(s, i + block_q) / block_k) * block_k)
+               for i in range(0, s, block_q))
+    return item * (s * d + 2 * rows * d + s * d)
+
+
 #: Korthikanti et al.'s (2022) terms of a layer's activations with 16-bit activations and
 #: 1-byte dropout masks, as (coefficient of s·b·h, coefficient of a·s²·b) bytes; they add up
 #: to s·b·h·34 + a·s²·b·5 (:func:`activation_bytes_per_layer`).
