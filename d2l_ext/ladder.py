@@ -1170,7 +1170,7 @@ class _Blank:
 COLUMNS = [message(en=en, zh=zh) for en, zh in [
     ("rung", "台阶"), ("batch", "批量"), ("ms/step", "每步（毫秒）"), ("min", "最小"),
     ("max", "最大"), ("steps/epoch", "每轮步数"), ("s/epoch", "每轮（秒）"),
-    ("x previous", "相对前一台阶"), ("verdict", "判定"), ("device ms", "设备（毫秒）"),
+    ("time ÷ previous", "用时 ÷ 前一台阶"), ("verdict", "判定"), ("device ms", "设备（毫秒）"),
     ("host ms", "主机（毫秒）"), ("bound", "瓶颈"), ("one-off s", "一次性开销（秒）"),
     ("TFLOP/s", "TFLOP/s"), ("MFU", "MFU")]]
 FORMATS = ["", "d", ".2f", ".2f", ".2f", ",d", ".2f", ".2f", "", ".2f", ".2f", "", ".1f", ".2f",
@@ -1243,6 +1243,30 @@ def target_table(runs: Sequence[TargetRun], target: float) -> Table:
         ["", "d", "", ".3f", ".3f", ".3f", ",d", ".2f", ".1f", ".1f"], left=1)
 
 
+def _plain_log_ticks(ax) -> None:
+    """Ticks of 1, 2 and 5 (or more, where the axis spans less than a decade or so) times a
+    power of ten, labelled as plain numbers (200, 500, 1,000) rather than as 2×10²."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
+
+    ax.figure.canvas.draw_idle()
+    low, high = ax.get_xlim()
+    ticks = []
+    for mantissas in ((1,), (1, 2, 5), (1, 2, 4, 6), (1, 2, 3, 4, 5, 6, 8)):
+        ticks = [m * 10.0 ** k for k in range(math.floor(math.log10(low)) - 1,
+                                              math.ceil(math.log10(high)) + 1)
+                 for m in mantissas if low <= m * 10.0 ** k <= high]
+        if len(ticks) >= 4:
+            break
+    formatter = ScalarFormatter()
+    formatter.set_scientific(False)
+    formatter.set_useOffset(False)
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(formatter)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(low, high)
+
+
 #: The bar colour of each kind of rung.
 COLORS = {"reference": "#888888", "systems": "#0a7d91", "algorithmic": "#c46a12"}
 
@@ -1271,6 +1295,7 @@ def plot(results: Sequence[RungResult], ax=None):
             bar.set_hatch("//")
     ax.set_yticks(ys, [label(en=r.name.en, zh=r.name.zh) for r in shown])
     ax.set_xscale("log")
+    _plain_log_ticks(ax)
     ax.set_xlabel(label(en="milliseconds per step (log scale): wall time (median, range over "
                            "rounds)" + (" and the device's time" if any(split) else ""),
                         zh="每步毫秒数（对数坐标）：挂钟时间（中位数，各遍的范围）"

@@ -7,7 +7,8 @@ runs in a kernel of its own; defining these here once keeps the pages alike.
 * :func:`sizes` -- the data, batch and ladder sizes for a CPU, a GPU or a smoke run;
 * :func:`torch_training`, :func:`torch_random_batch` -- ResNet-18, SGD and the step (PyTorch);
 * :func:`mxnet_net`, :func:`mxnet_training`, :func:`mxnet_random_batch` -- the same in MXNet;
-* :class:`KeptRun` -- figures of a page's GPU record by their short names.
+* :class:`KeptRun` -- figures of a page's GPU record by their short names;
+* :func:`signed` -- a number with its sign, a negative one with a true minus sign.
 
 The module imports no framework at import time: each function imports its own.
 """
@@ -20,6 +21,12 @@ from typing import Any
 
 from d2l_ext.catalogue import say
 from d2l_ext.i18n import Text, label
+
+
+def signed(value: float, spec: str = "+.1f") -> str:
+    """``value`` formatted by ``spec`` (e.g. ``"+.1%"``), a negative one with a true minus
+    sign (U+2212) rather than a hyphen: ``signed(-0.033, "+.1%")`` is ``"−3.3%"``."""
+    return format(value, spec).replace("-", "\u2212")
 
 
 @dataclass(frozen=True)

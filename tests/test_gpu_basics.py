@@ -599,7 +599,7 @@ def test_a_hogwild_verdict_needs_an_effect_above_the_machines_drift():
     assert "faster in every round, but by less than 3% in some" in names["sharing_text"].en
     assert "cost nothing this run could measure" in names["sharing_text"].en
     assert "每一遍都更快" in names["sharing_text"].zh
-    assert names["spread_text"].en == ""  # 1x2 against 1x1: 1.25 in every round
+    assert names["spread_text"] == ""  # 1x2 against 1x1: 1.25 in every round
 
     names = _hogwild_conclusions(
         {"1x1": steady, "1x2": [4.0] * 5, "2x1": steady, "2x1p": [3.6, 3.6, 4.95, 5.0, 5.05]},
@@ -665,7 +665,7 @@ def test_an_unknown_gpu_or_a_cpu_gets_no_datasheet_share(capsys):
         "PCIe 5.0 ×16, one direction"]  # the generations, not another GPU's datasheet
     names, out = _copy_tables(None, {"host -> host": (23.6, 21.5, 26.3)}, capsys)
     assert all(got is None for *_, got in names["link_rates"])
-    assert names["copy_lesson"].en == "" and "this run has no GPU" in names["whose"].en
+    assert names["copy_lesson"] == "" and "this run has no GPU" in names["whose"].en
 
 
 def _record_names():
@@ -715,7 +715,7 @@ def test_the_gpu_record_lines_up_with_the_pages_table_and_leaves_out_the_wrong_c
                  bandwidth=20e9, peak=100e9, ridge=5.0, best_products={"fp32": 100e9},
                  per_op=2e-6, host_us=2.0, device_us=2.0, num_ops=1000, replay=None)
     capsys.readouterr()
-    _run_cells("torch", ('d2l.gpu_runs.table("gpu-basics"',), names)
+    _run_cells("torch", ("gpu_figures = [", 'd2l.gpu_runs.table("gpu-basics"'), names)
     out = capsys.readouterr().out
     rows = {line.split("  ")[0] for line in out.splitlines()[1:]}
     assert labels <= rows  # no kept figure is shown on a row of its own, unmatched

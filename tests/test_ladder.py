@@ -600,6 +600,19 @@ def test_plot_draws_wall_and_device_bars_hatching_host_bound_rungs():
     assert [b.get_hatch() for b in device_bars][:2] == [None, "//"]  # "a" first: top down
 
 
+def test_plot_labels_its_log_axis_with_plain_numbers():
+    """200, 300, 500 ms rather than 2×10², 3×10², 5×10²."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    results = [result("ref", "reference", [0.5, 0.52]), result("a", "systems", [0.27, 0.3]),
+               result("b", "systems", [0.6, 0.64])]
+    ax = ladder.plot(results)
+    ax.figure.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert len(labels) >= 3 and all(label.replace(",", "").isdigit() for label in labels), labels
+
+
 # ---------------------------------------------------------------- the benchmark
 def speed_ladder_script():
     sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -526,7 +526,7 @@ def test_tuning_page_shows_each_framework_its_own_ladder(page, lang):
     torch_chart = page.locator(".tag_torch", has_text="ladder.plot(results)")
     mxnet_ladder = page.locator(".tag_mxnet", has_text="mx_rungs = [")
     assert torch_ladder.is_visible() and not mxnet_ladder.is_visible()
-    assert {"en": "x previous", "zh": "相对前一台阶"}[lang] in torch_table.inner_text()  # the run
+    assert {"en": "time ÷ previous", "zh": "用时 ÷ 前一台阶"}[lang] in torch_table.inner_text()  # the run
     assert torch_table.locator("table.d2l-table").count() == 2  # times, then analysis
     assert torch_chart.locator("img").count() >= 1  # the bar chart
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()

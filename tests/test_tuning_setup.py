@@ -125,3 +125,11 @@ def test_plot_lr_draws_each_schedule_with_its_legend_and_labelled_axes(lang, mon
     assert ax.get_ylabel() == ("学习率" if chinese else "learning rate")
     assert i18n.LABELS["learning rate"] == "学习率"  # the zh rendering of an English figure
     plt.close(ax.figure)
+
+
+def test_signed_writes_a_true_minus_sign():
+    """Negative numbers in printed text take U+2212, not a hyphen; positive ones keep '+'."""
+    assert tuning_setup.signed(-0.033, "+.1%") == "\u22123.3%"
+    assert tuning_setup.signed(5.21, "+.1f") == "+5.2"
+    assert tuning_setup.signed(-5.2) == "\u22125.2"
+    assert tuning_setup.signed(12.0, ".3g") == "12"
