@@ -130,6 +130,19 @@ def _code_cells(name: str, lang: str) -> list[tuple[str, bool]]:
     return cells
 
 
+def _inline_expressions(name: str, lang: str) -> list[str]:
+    """The ``{{…}}`` expressions in the prose of chapter ``name``'s pages in ``lang``."""
+    pytest.importorskip("yaml", reason="the book tools need the full environment")
+    sys.path.insert(0, str(ROOT / "tools"))
+    from pipeline import config, toc
+
+    return [expression.partition(":")[0]  # the format spec after the colon (none inside)
+            for page in toc.read()[name]
+            for expression in re.findall(r"\{\{(.+?)\}\}",
+                                         (config.CHAPTERS / lang / f"{page}.md").read_text(
+                                             encoding="utf-8"))]
+
+
 def _calls(source: str):
     lines = [(ln[:len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!"))
               else ln) for ln in source.split("\n")]
@@ -146,7 +159,8 @@ def _chapter_names() -> list[str]:
 @pytest.mark.parametrize("name", _chapter_names())
 def test_every_key_a_chapter_says_exists_and_gets_its_values(name):
     used = set()
-    for source, _ in _code_cells(name, "en"):
+    sources = [source for source, _ in _code_cells(name, "en")] + _inline_expressions(name, "en")
+    for source in sources:
         for call in _calls(source):
             if call.func.attr not in ("say", "figure_text"):
                 continue

@@ -227,13 +227,13 @@ LADDER_PAGE = "tuning-tips-ladder"  # the tuning chapter's section page with the
 def ladder_cell(marker, lang, **names):
     """A torch cell of the speed ladder's page (the one holding ``marker``) run on made-up
     names."""
-    from d2l_ext import turns
+    from d2l_ext import tuning_setup, turns
     from d2l_ext.utils import Timing
 
     d2l = SimpleNamespace(message=message, say=say, figure_text=figure_text, Timing=Timing,
                           show=show)
     names = {"d2l": d2l, "statistics": __import__("statistics"), "joined": turns.joined,
-             "both": turns.both, **names}
+             "both": turns.both, "tuning_setup": tuning_setup, **names}
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("D2L_LANG", lang)
@@ -405,7 +405,7 @@ def cost_model_verdict(step_medians, probe, spread=1.1, spreads=None, probe_spre
     each timing's fastest run is its median divided by its spread (``spreads`` per batch,
     ``probe_spread`` for the probe, else ``spread``); ``batch_size`` is the ladder's. The
     profile of the probe: ms in matmul, optimizer, elementwise, other, and its wall time."""
-    from d2l_ext import breakdown
+    from d2l_ext import breakdown, tuning_setup
     from d2l_ext.utils import Timing, text_table
 
     def timing(median, spread):
@@ -414,7 +414,7 @@ def cost_model_verdict(step_medians, probe, spread=1.1, spreads=None, probe_spre
     matmul, optimizer, elementwise, other, wall = (x / 1e3 for x in probe_parts)
     spreads = spreads or {}
     names = {"d2l": D2L, "joined": tuning_joined(), "text_table": text_table,
-             "batch_size": batch_size, "on_gpu": on_gpu,
+             "batch_size": batch_size, "on_gpu": on_gpu, "tuning_setup": tuning_setup,
              "step_timing": {b: timing(t, spreads.get(b, spread))
                              for b, t in step_medians.items()},
              "overhead": timing(probe, probe_spread or spread),
@@ -446,8 +446,8 @@ def test_tuning_cost_model_reads_each_timing_by_its_own_disturbance():
     assert calm["ladder_share"] == pytest.approx(0.009 / 0.014)  # at the ladder's batch, 4
     assert calm["overhead_share"] == pytest.approx(0.009 / 0.018)  # at the largest, 8
     assert calm["share_says"].en == (
-        "64% of a step at the ladder's batch of 4 (9.0 ms against 14.0 ms, both at their "
-        "medians) and 50% of one at the largest batch, 8 (9.0 ms against 18.0 ms, both at "
+        "64% of a step at the ladder's batch of 4 (against its 14.0 ms, both at their "
+        "medians) and 50% of one at the largest batch, 8 (against its 18.0 ms, both at "
         "their medians)")
     assert "most of it is not fixed work" in cost_model_verdict(steps, probe=0.004)["fit_says"]
     assert "underestimates" in cost_model_verdict(steps, probe=0.025)["fit_says"]
@@ -461,7 +461,7 @@ def test_tuning_cost_model_reads_each_timing_by_its_own_disturbance():
     # a share reads its two timings alike, and prints the two times it divides
     assert one["ladder_share"] == pytest.approx(0.009 / 0.014)  # neither disturbed: medians
     assert one["overhead_share"] == pytest.approx((0.009 / 1.1) / (0.018 / 4.0))
-    assert "(8.2 ms against 4.5 ms, both at their fastest runs, since one was disturbed)" \
+    assert "(against its 4.5 ms, both at their fastest runs, since one was disturbed)" \
         in one["share_says"].en
     # a disturbed probe alone
     probe = cost_model_verdict(steps, probe=0.009, probe_spread=2.0)
@@ -478,7 +478,7 @@ def test_tuning_cost_model_reads_each_timing_by_its_own_disturbance():
     # the ladder's batch is the largest (as on a CPU): the share is said once
     same = cost_model_verdict(steps, probe=0.009, batch_size=8)
     assert same["share_says"].en == ("50% of a step at the ladder's batch of 8, the largest "
-                                     "timed (9.0 ms against 18.0 ms, both at their medians)")
+                                     "timed (against its 18.0 ms, both at their medians)")
 
 
 @pytest.mark.parametrize("capability, bf16_timed", [((8, 0), True), ((7, 5), False)])
@@ -682,7 +682,8 @@ def test_tuning_switches_key_figures_line_up_with_the_books_gpu_run(device_type)
     on_gpu = device_type == "cuda"
     setup = check_cell(SWITCHES_PAGE, "figure_names = {", "torch")
     start = setup.index("figure_names = {")
-    block = setup[start:setup.index("\nprint(", start)]  # the names and the GPU record
+    end = setup.find("\nprint(", start)
+    block = setup[start:end if end != -1 else None]  # the names and the GPU record
     with contextlib.redirect_stdout(io.StringIO()):
         exec(block, names)
         exec(check_cell(SWITCHES_PAGE, 'figures = {"amp batch"', "torch"), names)

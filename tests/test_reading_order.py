@@ -21,6 +21,23 @@ from pipeline.notebooks import _duration, run_seconds  # noqa: E402
 
 LANGS = ("en", "zh")
 
+
+def timed_notebook(root: Path, lang: str, framework: str, run: dict, seconds: int) -> None:
+    """Write ``root``'s notebook ``x`` of ``lang`` and ``framework``: one cell that ran for
+    ``seconds`` (its execution timestamps), with ``run`` as its run metadata."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("x = 1")
+    cell.metadata["execution"] = {"iopub.status.busy": "2026-01-01T10:00:00+00:00",
+                                  "iopub.status.idle": f"2026-01-01T10:{seconds // 60:02d}:"
+                                                       f"{seconds % 60:02d}+00:00"}
+    nb.cells.append(cell)
+    nb.metadata["d2l_ext"] = {"run": run}
+    path = root / "notebooks" / lang / framework / "x.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+
 #: What each chapter takes from earlier ones, as its own text says (with a {ref} to them):
 #: the order of _toc.yml must put every chapter named here before the one that relies on it.
 RELIES_ON = {
@@ -130,19 +147,9 @@ def test_the_landing_page_gives_the_run_times_the_notebooks_recorded(lang):
 def test_the_run_times_role_names_each_machine_and_refuses_a_missing_notebook(tmp_path):
     sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
     import book_runtimes
-    import nbformat
 
     def notebook(framework, run, seconds):
-        nb = nbformat.v4.new_notebook()
-        cell = nbformat.v4.new_code_cell("x = 1")
-        cell.metadata["execution"] = {"iopub.status.busy": "2026-01-01T10:00:00+00:00",
-                                      "iopub.status.idle": f"2026-01-01T10:{seconds // 60:02d}:"
-                                                           f"{seconds % 60:02d}+00:00"}
-        nb.cells.append(cell)
-        nb.metadata["d2l_ext"] = {"run": run}
-        path = tmp_path / "notebooks" / "en" / framework / "x.ipynb"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nb, path)
+        timed_notebook(tmp_path, "en", framework, run, seconds)
 
     cpu = dict(gpus=0, cpu="Test CPU", size="full", date="2026-01-01")
     notebook("torch", cpu, 1320)
@@ -154,3 +161,37 @@ def test_the_run_times_role_names_each_machine_and_refuses_a_missing_notebook(tm
         "PyTorch about 22 minutes, on CPU only (Test CPU); MXNet not recorded"
     with pytest.raises(FileNotFoundError, match="book.py execute"):
         book_runtimes.run_times(tmp_path, "en", "missing")
+
+
+def test_run_times_name_each_machine_once_in_each_language(tmp_path):
+    """The landing page's run times ({run-times}): one machine for both frameworks is named
+    once; a machine per framework goes in brackets after each time (zh without the run
+    note's brackets in brackets)."""
+    sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
+    import book_runtimes
+
+    def notebook(lang, framework, run, seconds):
+        timed_notebook(tmp_path, lang, framework, run, seconds)
+
+    intel = dict(gpus=0, cpu="Intel Xeon", size="full", date="2026-01-01")
+    amd = dict(intel, cpu="AMD EPYC")
+    for lang in LANGS:
+        notebook(lang, "torch", intel, 70)
+        notebook(lang, "mxnet", intel, 30)
+    assert book_runtimes.run_times(tmp_path, "zh", "x") == \
+        "PyTorch 约 1 分钟，MXNet 不到 1 分钟，都在只有 CPU 的机器（Intel Xeon）上"
+    assert book_runtimes.run_times(tmp_path, "en", "x") == \
+        "PyTorch about 1 minute, MXNet under a minute, on CPU only (Intel Xeon)"
+    for lang in LANGS:
+        notebook(lang, "mxnet", amd, 30)
+    assert book_runtimes.run_times(tmp_path, "zh", "x") == \
+        "PyTorch 约 1 分钟（仅 CPU，Intel Xeon），MXNet 不到 1 分钟（仅 CPU，AMD EPYC）"
+    assert book_runtimes.run_times(tmp_path, "en", "x") == \
+        "PyTorch about 1 minute, on CPU only (Intel Xeon); MXNet under a minute, on CPU only " \
+        "(AMD EPYC)"
+    h100 = dict(intel, gpus=1, gpu="H100")
+    for lang in LANGS:
+        notebook(lang, "torch", h100, 70)
+        notebook(lang, "mxnet", h100, 30)
+    assert book_runtimes.run_times(tmp_path, "zh", "x") == \
+        "PyTorch 约 1 分钟，MXNet 不到 1 分钟，都在 1 块 H100 上"
