@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 echo "== book: strict build of both editions"
 .venv/bin/python tools/book.py build
 echo "== full environment (Python 3.11, numpy 1.23.5, torch + MXNet)"
-.venv/bin/python -m pytest -q tests "$@"
+.venv/bin/python -m pytest -q -n 2 --dist loadfile tests "$@"  # a test file per worker
 echo "== nbval, smoke size: the Chinese notebooks and the English MXNet ones"
 D2L_SMOKE=1 .venv/bin/python -m pytest -q -p no:cacheprovider --nbval-lax \
     --nbval-sanitize-with tests/nbval_sanitize.cfg -n 2 --dist loadscope \
@@ -21,7 +21,7 @@ echo "   numpy or torch, then nbval over the English PyTorch notebooks at smoke 
 # the tests that start process groups to run the pages' scripts (the nbval run below
 # executes those scripts under numpy 2, in the notebooks themselves); and the tests of
 # d2l.train in two processes (their data path is the one-process tests', run here).
-.venv-np2/bin/python -m pytest -q tests "$@" \
+.venv-np2/bin/python -m pytest -q -n 2 --dist loadfile tests "$@" \
     -k "not spawn and not the_pages and not timing_gives and not two_processes and not started_by_torchrun" \
     --ignore tests/test_faults.py --ignore tests/test_execute.py --ignore tests/test_site.py \
     --ignore tests/test_workflows.py --ignore tests/test_envfiles.py \
