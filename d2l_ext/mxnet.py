@@ -29,6 +29,7 @@ from d2l_ext.utils import (
     message,
     paired_verdict,
     show,
+    signed,
     text_table,
 )
 from d2l_ext.utils import measure as _measure
@@ -54,7 +55,7 @@ __all__ = [
     "Accumulator", "Animator", "Benchmark", "Timer", "TrainResult", "Residual", "accuracy",
     "cpu", "evaluate_accuracy_gpu", "evaluate_accuracy_gpus", "get_dataloader_workers", "gpu",
     "label", "load_data_fashion_mnist", "measure", "message", "num_gpus", "resnet18", "sgd",
-    "Table", "show", "text_table", "say", "figure_text", "listing",
+    "Table", "show", "text_table", "signed", "say", "figure_text", "listing",
     "split_batch", "synchronize", "Timing", "train", "paired_verdict",
     "false_alarm", "Training", "try_all_devices",
     "try_all_gpus", "try_gpu", "check_exercise",

@@ -41,6 +41,7 @@ from d2l_ext.utils import (
     message,
     paired_verdict,
     show,
+    signed,
     text_table,
 )
 from d2l_ext.utils import measure as _measure
@@ -51,7 +52,7 @@ __all__ = [
     "accuracy", "block_device", "device_time", "split_time", "time_per_call",
     "Training", "cpu", "evaluate_accuracy_gpu", "get_dataloader_workers", "gpu",
     "label", "load_data_fashion_mnist", "measure", "message", "num_gpus", "resnet18", "sgd",
-    "Table", "show", "text_table", "say", "figure_text", "listing",
+    "Table", "show", "text_table", "signed", "say", "figure_text", "listing",
     "split_batch", "synchronize", "Timing", "train", "paired_verdict",
     "false_alarm", "try_all_devices", "try_all_gpus",
     "try_gpu", "check_exercise",

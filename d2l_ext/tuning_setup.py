@@ -21,12 +21,7 @@ from typing import Any
 
 from d2l_ext.catalogue import say
 from d2l_ext.i18n import Text, label
-
-
-def signed(value: float, spec: str = "+.1f") -> str:
-    """``value`` formatted by ``spec`` (e.g. ``"+.1%"``), a negative one with a true minus
-    sign (U+2212) rather than a hyphen: ``signed(-0.033, "+.1%")`` is ``"−3.3%"``."""
-    return format(value, spec).replace("-", "\u2212")
+from d2l_ext.utils import signed  # noqa: F401 (the pages call tuning_setup.signed)
 
 
 @dataclass(frozen=True)

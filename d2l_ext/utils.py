@@ -451,6 +451,12 @@ def aligned_left(i: int, left: int | Collection[int]) -> bool:
     return i < left if isinstance(left, int) else i in left
 
 
+def signed(value: float, spec: str = "+.1f") -> str:
+    """``value`` formatted by ``spec`` (e.g. ``"+.1%"``), a negative one with a true minus
+    sign (U+2212) rather than a hyphen: ``signed(-0.033, "+.1%")`` is ``"−3.3%"``."""
+    return format(value, spec).replace("-", "\u2212")
+
+
 def text_table(columns: Sequence[str], rows: Sequence[Sequence], formats: Sequence[str],
                left: int | Collection[int] = 0) -> Table:
     """The rows as a table, each column with its format; the first ``left`` columns (or
@@ -476,7 +482,10 @@ def _cells(columns, rows, formats, lang: str | None) -> tuple[list[str], list[li
     def shown(value, fmt: str = "") -> str:
         if isinstance(value, Text) and lang is not None:
             value = value.zh if lang == "zh" else value.en
-        return format(value, fmt)
+        text = format(value, fmt)
+        if isinstance(value, (int, float)) and text.startswith("-"):
+            text = "\u2212" + text[1:]  # a true minus sign, as in the prose
+        return text
 
     return ([shown(c) for c in columns],
             [[shown(v, f) for v, f in zip(row, formats)] for row in rows])

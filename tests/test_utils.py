@@ -500,3 +500,15 @@ def test_a_table_aligns_left_the_columns_it_is_given():
     aligns = re.findall(r'text-align: (\w+)', html.split("<tbody>")[1].split("</tr>")[0])
     assert aligns == ["left", "right", "left", "right"]
     assert text_table(["a", "b"], [[1, 2]], ["d", "d"], left=1).splitlines()[1] == "1  2"
+
+
+def test_negative_numbers_carry_a_true_minus_sign_in_tables_and_sentences():
+    """A negative number in a table cell, and one passed through ``signed``, is written with
+    U+2212, as the prose writes it; strings, exponents and positive numbers are left alone."""
+    from d2l_ext.utils import signed, text_table
+
+    table = text_table(["what", "miss", "tiny"], [["a", -0.1, -1e-5], ["-b", 0.25, 2e-5]],
+                       ["", "+.0%", ".1e"], left=1)
+    assert table.cells == (("a", "\u221210%", "\u22121.0e-05"), ("-b", "+25%", "2.0e-05"))
+    assert signed(-0.033, "+.1%") == "\u22123.3%" and signed(0.5, "+.1f") == "+0.5"
+    assert signed(-2, "d") == "\u22122"
