@@ -426,7 +426,7 @@ def overlap_lesson(versus: Mapping[str, Paired], buckets: Mapping[str, int], rou
             en=f"{en} was faster than DDP with one bucket {each_en}, by {1 - p.median:.0%} at "
                f"the median: overlap paid in this run ({odds_en}).",
             zh=f"{zh}{each_zh}比只用一个桶的 DDP 快，按中位数耗时少 "
-               f"{1 - p.median:.0%}：这次运行中，重叠带来了好处（{odds_zh}）。")
+               f"{1 - p.median:.0%}，可见这次运行中重叠带来了好处（{odds_zh}）。")
     if p.verdict == "slower":
         each_en, each_zh = rounds_text(sum(r > 1 for r in p.ratios))
         return message(
@@ -434,7 +434,7 @@ def overlap_lesson(versus: Mapping[str, Paired], buckets: Mapping[str, int], rou
                f"one bucket {each_en}, by {p.median - 1:.0%} at the median: in this run, "
                "overlapping cost more than it hid.",
             zh=f"分多个桶的设置中最好的{zh}，也{each_zh}比只用一个桶慢，"
-               f"按中位数耗时多 {p.median - 1:.0%}：这次运行中，重叠的代价超过了它藏起来的通信。")
+               f"按中位数耗时多 {p.median - 1:.0%}，可见这次运行中重叠的代价超过了它藏起来的通信。")
     return message(
         en=f"No setting with several buckets was faster than DDP with one bucket {every_en}; "
            f"the best, {en}, took {p.median:.0%} of one bucket's time at the median: no gain "

@@ -274,14 +274,14 @@ def ratio_lesson(measured: Mapping[int, float], model: Mapping[int, float],
            f"各有链路的模型给出的是 {model_zh}")
     if len(ks) > 1 and grows and miss <= slack:
         tail = message(en=f": the ratio grows with k, within {miss:.0%} of the model",
-                       zh=f"：这个比值随 k 增长，与模型相差不超过 {miss:.0%}")
+                       zh=f"，这个比值随 k 增长，与模型相差不超过 {miss:.0%}")
     elif len(ks) > 1 and grows:
         tail = message(en=f": the ratio grows with k, as the model says, but misses it by up "
                           f"to {miss:.0%}",
-                       zh=f"：这个比值像模型说的那样随 k 增长，但与模型最多相差 {miss:.0%}")
+                       zh=f"，这个比值像模型说的那样随 k 增长，但与模型最多相差 {miss:.0%}")
     elif len(ks) > 1:
         tail = message(en=": the ratio does not grow with k here, against the model",
-                       zh="：这里的比值并没有随 k 增长，与模型不符")
+                       zh="，但这里的比值并没有随 k 增长，与模型不符")
     else:
         tail = message(en=f" (one process count: the growth with k is not shown; the miss "
                           f"is {miss:.0%})",
