@@ -112,17 +112,26 @@ def figure_text(key: str, /, **values) -> str:
 LIST_SEPARATORS = {"items": {"en": ", ", "zh": "、"},
                    "clauses": {"en": ", ", "zh": "，"},
                    "statements": {"en": "; ", "zh": "；"}}
+#: The word before a list's last item when the list is to read as one whole ("a, b and c" /
+#: "a、b和c"): ``listing(items, "items", last="and")``.
+LAST_WORDS = {"and": {"en": " and ", "zh": "和"}}
 
 
-def listing(items, kind: str = "items") -> Text:
+def listing(items, kind: str = "items", last: str | None = None) -> Text:
     """``items`` (strings, or :class:`~d2l_ext.i18n.Text` that carry both languages) as one
     list in running text, each language with its own separator for the ``kind`` of list
-    (:data:`LIST_SEPARATORS`); a value for :func:`say` when a sentence names a list whose
-    length depends on the run."""
+    (:data:`LIST_SEPARATORS`), and with ``last`` (a key of :data:`LAST_WORDS`, e.g. "and")
+    before the last item if given; a value for :func:`say` when a sentence names a list
+    whose length depends on the run."""
     if kind not in LIST_SEPARATORS:
         raise ValueError(f"a list is one of {', '.join(LIST_SEPARATORS)}, not {kind!r}")
+    if last is not None and last not in LAST_WORDS:
+        raise ValueError(f"last is one of {', '.join(LAST_WORDS)} or None, not {last!r}")
     items = list(items)
-    en, zh = (LIST_SEPARATORS[kind][lang].join(getattr(item, lang) if isinstance(item, Text)
-                                               else str(item) for item in items)
-              for lang in ("en", "zh"))
-    return message(en=en, zh=zh)
+    texts = {}
+    for lang in ("en", "zh"):
+        parts = [getattr(item, lang) if isinstance(item, Text) else str(item) for item in items]
+        if last is not None and len(parts) > 1:
+            parts = parts[:-2] + [LAST_WORDS[last][lang].join(parts[-2:])]
+        texts[lang] = LIST_SEPARATORS[kind][lang].join(parts)
+    return message(**texts)

@@ -415,13 +415,13 @@ def overlap_lesson(versus: Mapping[str, Paired], buckets: Mapping[str, int], rou
         if m == 1:
             odds_en = (f"a setting exactly as fast as one bucket would earn this verdict by chance "
                        f"with a probability of {chance:.1%}")
-            odds_zh = f"一个与一个桶同样快的设置纯属偶然得出这一结论的概率是 {chance:.1%}"
+            odds_zh = f"一个与一个桶同样快的设置纯属偶然被判为更快的概率是 {chance:.1%}"
         else:
             odds_en = (f"were all {m} settings with several buckets exactly as fast as one "
                        f"bucket, one of them would earn this verdict by chance with a "
                        f"probability of up to about {chance:.1%}")
-            odds_zh = (f"假如分多个桶的 {m} 个设置都与一个桶同样快，其中某一个纯属偶然得出这一结论"
-                       f"的概率最多约为 {chance:.1%}")
+            odds_zh = (f"假如分多个桶的 {m} 个设置其实都与一个桶同样快，其中至少有一个纯属偶然"
+                       f"被判为更快的概率最多约为 {chance:.1%}")
         return message(
             en=f"{en} was faster than DDP with one bucket {each_en}, by {1 - p.median:.0%} at "
                f"the median: overlap paid in this run ({odds_en}).",
@@ -731,13 +731,17 @@ def sequence_lesson(compute: float, communicate: float, steps: Mapping[str, floa
             zh=f"没有哪个完整的步骤比两部分单独计时之和（{added:,.1f} 毫秒）更久。")
     worst = max(over, key=over.get)
     shown = (names or {}).get(worst) or message(en=worst, zh=worst)
+    how_many_en = (f"All {len(steps)}" if len(over) == len(steps)
+                   else f"{len(over)} of the {len(steps)}")
+    how_many_zh = (f"{len(steps)} 个完整的步骤都" if len(over) == len(steps)
+                   else f"{len(steps)} 个完整的步骤中有 {len(over)} 个")
     return message(
-        en=f"{len(over)} of the {len(steps)} complete steps took longer than the two parts "
+        en=f"{how_many_en} complete steps took longer than the two parts "
            f"alone, added ({added:,.1f} ms), by up to {over[worst]:,.1f} ms (\"{shown.en}\"): "
            "a step also divides to average, copies into and out of a buffer or DDP's buckets, "
            "or sends a message per tensor, candidates not timed apart here except the "
            "buffer's copies below.",
-        zh=f"{len(steps)} 个完整的步骤中有 {len(over)} 个比两部分单独计时之和（{added:,.1f} "
+        zh=f"{how_many_zh}比两部分单独计时之和（{added:,.1f} "
            f"毫秒）更久，最多多出 {over[worst]:,.1f} 毫秒（“{shown.zh}”）：完整的一步还要做除法"
            "求平均，复制进出缓冲区或 DDP 的桶，或者每个张量发一条消息；这些可能的原因这里没有"
            "单独计时，只有下面缓冲区的复制例外。")

@@ -139,7 +139,8 @@ class Timing:
         zh_unit = {"s": "秒", "ms": "毫秒", "us": "微秒"}[unit]
         median, low, high = (f"{t * scale:,.{digits}f}"
                              for t in (self.median, self.min, self.max))
-        return message(en=f"{median} {unit} ({low}\u2013{high})",
+        en_unit = {"us": "\u00b5s"}.get(unit, unit)  # "us" selects microseconds, shown as µs
+        return message(en=f"{median} {en_unit} ({low}\u2013{high})",
                        zh=f"{median} {zh_unit}（{low}\u2013{high}）")
 
 

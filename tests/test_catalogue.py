@@ -189,3 +189,17 @@ def test_code_cells_carry_no_literal_prose(name):
                     any(isinstance(v, ast.JoinedStr) or v.value for v in kw.values()):
                 literal.append(ast.unparse(call)[:80])
     assert not literal, f"move these into d2l_ext/messages/{name}.toml: {literal}"
+
+
+def test_listing_can_put_and_before_the_last_item():
+    """``last="and"`` joins the last two items with the language's "and"; one item, or none,
+    is left alone; an unknown word is refused."""
+    items = [i18n.message("a", "甲"), i18n.message("b", "乙"), i18n.message("c", "丙")]
+    three = catalogue.listing(items, last="and")
+    assert (three.en, three.zh) == ("a, b and c", "甲、乙和丙")
+    two = catalogue.listing(items[:2], last="and")
+    assert (two.en, two.zh) == ("a and b", "甲和乙")
+    assert catalogue.listing(items[:1], last="and").en == "a"
+    assert catalogue.listing([], last="and").zh == ""
+    with pytest.raises(ValueError, match="last is one of and or None, not 'or'"):
+        catalogue.listing(items, last="or")

@@ -360,6 +360,7 @@ def test_timing_median_range_and_text():
     assert t.text() == "11.00 ms (10.00\u201312.00)"
     assert t.text("s", 3) == "0.011 s (0.010\u20130.012)"
     assert t.text("us", 0).zh == "11,000 微秒（10,000\u201312,000）"  # thousands separated
+    assert t.text("us", 0).en == "11,000 \u00b5s (10,000\u201312,000)"  # "us" written µs
     with pytest.raises(ValueError, match="at least one"):
         utils.Timing(())
 
