@@ -107,6 +107,20 @@ def figure_text(key: str, /, **values) -> str:
     return label(en=en, zh=zh)
 
 
+def after_colon(text: str) -> Text:
+    """``text``, a sentence (e.g. from :func:`say`), as it reads after a colon: in English with
+    its first word in lower case if that word is an ordinary capitalised word ("A step took"
+    becomes "a step took"; "MFU", "PyTorch" and "GPT-3" keep their capitals), in Chinese
+    unchanged. A proper name spelt like an ordinary word ("Adam") would lose its capital, so
+    do not use it on a sentence that starts with one."""
+    en, zh = (text.en, text.zh) if isinstance(text, Text) else (str(text), str(text))
+    first = en.split(" ", 1)[0]
+    ordinary = first[:1].isupper() and first[1:].isalpha() and first[1:].islower()
+    if first == "A" or ordinary:
+        en = en[0].lower() + en[1:]
+    return message(en=en, zh=zh)
+
+
 #: How each language separates the parts of a list in running text: names or short items
 #: ("a, b, c" / "a、b、c"), clauses ("a, b" / "a，b"), or statements ("a; b" / "a；b").
 LIST_SEPARATORS = {"items": {"en": ", ", "zh": "、"},
@@ -115,6 +129,17 @@ LIST_SEPARATORS = {"items": {"en": ", ", "zh": "、"},
 #: The word before a list's last item when the list is to read as one whole ("a, b and c" /
 #: "a、b和c"): ``listing(items, "items", last="and")``.
 LAST_WORDS = {"and": {"en": " and ", "zh": "和"}}
+
+
+def _join_last(before: str, word: str, after: str) -> str:
+    """``before + word + after``; a Chinese word ("和") gets a space on each side that meets
+    a Latin letter or a digit ("0.705 和 0.754", "“甲”和“乙”"), as the book writes them."""
+    if word.strip() == word and not word.isascii():
+        if before[-1:].isascii() and before[-1:].isalnum():
+            word = " " + word
+        if after[:1].isascii() and after[:1].isalnum():
+            word = word + " "
+    return before + word + after
 
 
 def listing(items, kind: str = "items", last: str | None = None) -> Text:
@@ -132,6 +157,6 @@ def listing(items, kind: str = "items", last: str | None = None) -> Text:
     for lang in ("en", "zh"):
         parts = [getattr(item, lang) if isinstance(item, Text) else str(item) for item in items]
         if last is not None and len(parts) > 1:
-            parts = parts[:-2] + [LAST_WORDS[last][lang].join(parts[-2:])]
+            parts = parts[:-2] + [_join_last(parts[-2], LAST_WORDS[last][lang], parts[-1])]
         texts[lang] = LIST_SEPARATORS[kind][lang].join(parts)
     return message(**texts)

@@ -1170,7 +1170,8 @@ class _Blank:
 COLUMNS = [message(en=en, zh=zh) for en, zh in [
     ("rung", "台阶"), ("batch", "批量"), ("ms/step", "每步（毫秒）"), ("min", "最小"),
     ("max", "最大"), ("steps/epoch", "每轮步数"), ("s/epoch", "每轮（秒）"),
-    ("time ÷ previous", "用时 ÷ 前一台阶"), ("verdict", "判定"), ("device ms", "设备（毫秒）"),
+    ("time ÷ previous (median per round)", "用时 ÷ 前一台阶（各遍中位数）"), ("verdict", "判定"),
+    ("device ms", "设备（毫秒）"),
     ("host ms", "主机（毫秒）"), ("bound", "瓶颈"), ("one-off s", "一次性开销（秒）"),
     ("TFLOP/s", "TFLOP/s"), ("MFU", "MFU")]]
 FORMATS = ["", "d", ".2f", ".2f", ".2f", ",d", ".2f", ".2f", "", ".2f", ".2f", "", ".1f", ".2f",

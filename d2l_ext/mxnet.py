@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy
 
-from d2l_ext.catalogue import figure_text, listing, say
+from d2l_ext.catalogue import after_colon, figure_text, listing, say
 from d2l_ext.exercises import checker as _checker
 from d2l_ext.utils import (
     Accumulator,
@@ -55,7 +55,7 @@ __all__ = [
     "Accumulator", "Animator", "Benchmark", "Timer", "TrainResult", "Residual", "accuracy",
     "cpu", "evaluate_accuracy_gpu", "evaluate_accuracy_gpus", "get_dataloader_workers", "gpu",
     "label", "load_data_fashion_mnist", "measure", "message", "num_gpus", "resnet18", "sgd",
-    "Table", "show", "text_table", "signed", "say", "figure_text", "listing",
+    "Table", "show", "text_table", "signed", "say", "figure_text", "listing", "after_colon",
     "split_batch", "synchronize", "Timing", "train", "paired_verdict",
     "false_alarm", "Training", "try_all_devices",
     "try_all_gpus", "try_gpu", "check_exercise",

@@ -21,7 +21,7 @@ from torch.nn import functional as F
 from torch.utils import data
 
 from d2l_ext import fashion_mnist, gpu_runs, tuning  # noqa: F401 - gpu_runs: d2l.gpu_runs
-from d2l_ext.catalogue import figure_text, listing, say
+from d2l_ext.catalogue import after_colon, figure_text, listing, say
 from d2l_ext.exercises import checker as _checker
 from d2l_ext.timing import block_device, device_time, split_time, time_per_call
 from d2l_ext.tuning import LAMB, DeviceLoader
@@ -52,7 +52,7 @@ __all__ = [
     "accuracy", "block_device", "device_time", "split_time", "time_per_call",
     "Training", "cpu", "evaluate_accuracy_gpu", "get_dataloader_workers", "gpu",
     "label", "load_data_fashion_mnist", "measure", "message", "num_gpus", "resnet18", "sgd",
-    "Table", "show", "text_table", "signed", "say", "figure_text", "listing",
+    "Table", "show", "text_table", "signed", "say", "figure_text", "listing", "after_colon",
     "split_batch", "synchronize", "Timing", "train", "paired_verdict",
     "false_alarm", "try_all_devices", "try_all_gpus",
     "try_gpu", "check_exercise",

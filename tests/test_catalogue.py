@@ -43,6 +43,16 @@ def test_a_text_value_fills_each_language_with_its_own_side(lang):
     assert "一" not in text.en and "ONE" not in text.zh
 
 
+def test_after_colon_lowers_an_ordinary_first_word_in_english_only(lang):
+    lang("en")
+    lowered = catalogue.after_colon(i18n.message("A step took 3 ms. Keep it.", "一步用时 3 毫秒。"))
+    assert (lowered.en, lowered.zh) == ("a step took 3 ms. Keep it.", "一步用时 3 毫秒。")
+    assert str(lowered) == lowered.en
+    assert catalogue.after_colon("Keeping every activation").en == "keeping every activation"
+    for kept in ("MFU is 40%", "PyTorch runs", "GPT-3 used", "I saw", "Fashion-MNIST", "", "3 ms"):
+        assert catalogue.after_colon(kept).en == kept
+
+
 def test_listing_joins_each_language_with_its_own_separator(lang):
     """A list of run-dependent length in a sentence: Text items give each language its own
     side, plain strings (names) stay as they are; empty and single lists have no separator."""
@@ -201,5 +211,10 @@ def test_listing_can_put_and_before_the_last_item():
     assert (two.en, two.zh) == ("a and b", "甲和乙")
     assert catalogue.listing(items[:1], last="and").en == "a"
     assert catalogue.listing([], last="and").zh == ""
+    numbers = catalogue.listing(["0.705", "0.754"], last="and")
+    assert (numbers.en, numbers.zh) == ("0.705 and 0.754", "0.705 和 0.754")
+    mixed = catalogue.listing(["“+ torch.compile”", "GPU", "“甲”"], last="and")
+    assert mixed.zh == "“+ torch.compile”、GPU 和“甲”"
+    assert catalogue.listing(["x", "“乙”"], last="and").zh == "x 和“乙”"
     with pytest.raises(ValueError, match="last is one of and or None, not 'or'"):
         catalogue.listing(items, last="or")

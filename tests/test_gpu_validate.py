@@ -493,6 +493,17 @@ def test_the_launcher_pins_the_command_and_sets_the_thread_counts():
     assert machine.parse_cores("0-2,5,7-8") == {0, 1, 2, 5, 7, 8}
 
 
+def test_a_cpu_is_named_without_trademark_signs_and_in_each_language():
+    assert runinfo.cpu_name("Intel(R) Xeon(R) Processor", "en") == "Intel Xeon Processor"
+    assert runinfo.cpu_name("Intel(R) Xeon(R) Processor", "zh") == "Intel Xeon 处理器"
+    assert runinfo.cpu_name("AMD EPYC 7R13 Processor", "zh") == "AMD EPYC 7R13 处理器"
+    assert runinfo.cpu_name("Intel(R) Core(TM) i7-8700 CPU @ 3.20GHz", "en") == \
+        "Intel Core i7-8700 CPU @ 3.20GHz"
+    assert runinfo.cpu_name("arm", "zh") == "arm"  # a bare architecture stays as it is
+    run = {"cpu": "Intel(R) Xeon(R) Processor", "gpus": 0}
+    assert runinfo.machine_name(run, "zh") == "仅 CPU（Intel Xeon 处理器）"
+
+
 def test_the_run_note_names_the_clocks_of_a_gpu_run_only():
     run = {"machine": "1 x NVIDIA H100 80GB HBM3", "gpus": 1, "cpu": "Xeon",
            "framework": "PyTorch 2.11.0", "python": "3.12", "date": "2026-11-24",

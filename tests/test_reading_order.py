@@ -15,7 +15,7 @@ yaml = pytest.importorskip("yaml", reason="the book tools need the full environm
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-from pipeline import config, sources, toc  # noqa: E402
+from pipeline import config, runinfo, sources, toc  # noqa: E402
 from pipeline.config import FRAMEWORK_NAMES, FRAMEWORKS  # noqa: E402
 from pipeline.notebooks import _duration, run_seconds  # noqa: E402
 
@@ -139,7 +139,8 @@ def test_the_landing_page_gives_the_run_times_the_notebooks_recorded(lang):
                     in said, said
                 continue
             seconds = sum(seconds for seconds, _ in records)  # the chapter's pages together
-            assert _duration(seconds, lang) in said and records[0][1]["cpu"] in said, said
+            cpu = runinfo.cpu_name(records[0][1]["cpu"], lang)
+            assert _duration(seconds, lang) in said and cpu in said, said
             checked += 1
     assert checked, "no notebook recorded a full-size CPU run to check the times against"
 

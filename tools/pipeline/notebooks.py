@@ -167,8 +167,9 @@ def run_time_cell(cells: list[nbformat.NotebookNode], run: dict, framework: str,
     def measured(duration: float, which: str, on: dict) -> str:
         machine = runinfo.machine_name(on, lang)
         if lang == "zh":
+            cpu = runinfo.cpu_name(on.get("cpu") or "", lang)
             machine = (ZH_MACHINE["gpu"].format(machine=machine) if on.get("gpus")
-                       else ZH_MACHINE["cpu"].format(cpu=on.get("cpu")))
+                       else ZH_MACHINE["cpu"].format(cpu=cpu))
         return MEASURED[lang].format(duration=_duration(duration, lang), which=which,
                                      machine=machine, date=on["date"])
 

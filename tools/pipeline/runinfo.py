@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 #: Run in the kernel after a notebook: prints the machine and versions as JSON; in a kernel
 #: that the GPU validation pinned to cores (``D2L_PINNED``), also where it ran.
 _PROBE = """
@@ -25,12 +27,22 @@ def probe(framework: str) -> str:
     return _PROBE.format(framework=framework)
 
 
+def cpu_name(cpu: str, lang: str) -> str:
+    """The processor's name as the system reports it, without trademark signs, and in zh
+    with 处理器 for "Processor": "Intel(R) Xeon(R) Processor" is "Intel Xeon 处理器"."""
+    words = [word for word in re.sub(r"\((R|TM|tm)\)", "", cpu).split()]
+    if lang == "zh":
+        words = ["处理器" if word in ("Processor", "CPU") else word for word in words]
+    return " ".join(words)
+
+
 def machine_name(run: dict, lang: str) -> str:
     """The machine of a run as a page in ``lang`` names it."""
     if run.get("gpus"):
         gpu = run.get("gpu") or run["machine"]
         return f"{run['gpus']} 块 {gpu}" if lang == "zh" else f"{run['gpus']} \u00d7 {gpu}"
-    return f"仅 CPU（{run['cpu']}）" if lang == "zh" else f"CPU only ({run['cpu']})"
+    cpu = cpu_name(run["cpu"], lang)
+    return f"仅 CPU（{cpu}）" if lang == "zh" else f"CPU only ({cpu})"
 
 
 #: The reasons a GPU held its clocks back (``d2l_ext.machine.CLOCK_REASONS``), as the run
