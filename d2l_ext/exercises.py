@@ -812,3 +812,38 @@ number_answer(
     ("divide both terms by s·b and solve 5·a·s = 34·h for s.",
      "两项都除以 s·b，再由 5·a·s = 34·h 解出 s。"),
     within=(34 * 4096 / (5 * 32), 9))
+
+
+# ---------------------------------------------------------------- transformers-attention
+
+@exercise("transformers-attention", 1, "tiled_bytes")
+def _transformers_attention_1(tiled_bytes: Any, run: dict) -> Text:
+    s, d, block, item = 8192, 128, 128, 2
+    passes = math.ceil(s / block)  # K and V are read once per block of queries
+    tiled = item * (2 * s * d + 2 * s * d * passes)
+    if near(tiled_bytes, tiled, tiled / 1000):
+        return correct("2·(2sd + 2sd·⌈s/B⌉) = 272,629,760 bytes, about 260 MiB: Q and the "
+                       "output once, K and V once per block of 128 queries.",
+                       "2·(2sd + 2sd·⌈s/B⌉) = 272,629,760 字节，约 260 MiB：Q 和输出各读写"
+                       "一次，K 和 V 每个 128 行的查询块各读一次。")
+    if near(tiled_bytes, tiled / item, tiled / 1000):
+        return close("that counts numbers; bfloat16 takes 2 bytes each.",
+                     "这是数的个数；bfloat16 每个数占 2 字节。")
+    if near(tiled_bytes, item * (2 * s * d + s * d * passes), tiled / 1000):
+        return close("each block of queries reads K and V: count both.",
+                     "每个查询块既要读 K，也要读 V：两者都要算上。")
+    return not_quite("count the reads of Q and the writes of the output once each, and the "
+                     "reads of K and V once per block of queries (⌈s/B⌉ blocks), in bytes.",
+                     "Q 的读取和输出的写入各算一次，K 和 V 的读取每个查询块各算一次"
+                     "（共 ⌈s/B⌉ 个块），单位是字节。")
+
+
+number_answer(
+    "transformers-attention", 2, "p_five",
+    ("p = e⁰ / ℓ = 1 / (e⁻⁴ + e⁻² + e⁻³ + 1) ≈ 0.8310: the running sum already holds every "
+     "score's exponential against the final maximum 5.",
+     "p = e⁰ / ℓ = 1 / (e⁻⁴ + e⁻² + e⁻³ + 1) ≈ 0.8310：运行中的和已经包含了每个分数相对最终"
+     "最大值 5 的指数。"),
+    ("the softmax of a score x is e^(x − m) / ℓ with the final maximum m = 5.",
+     "分数 x 的 softmax 值是 e^(x − m) / ℓ，其中 m 是最终的最大值 5。"),
+    within=(1 / (math.exp(-4) + math.exp(-2) + math.exp(-3) + 1), 0.0005))

@@ -484,10 +484,14 @@ SHOWN_CODE = {  # chapter: (what its PyTorch tab must show, what its MXNet tab m
          "d2l.synchronize(device)", "matmul_flops_per_second(device", "tx.saved_by_node(",
          "tx.saved_terms(",
          "memory.SavedTensors(", "create_selective_checkpoint_contexts", "CheckpointPolicy.",
-         "checkpoint(block, h, use_reentrant=False)", "memory.Tracker(device)"),
+         "checkpoint(block, h, use_reentrant=False)", "memory.Tracker(device)",
+         "def naive_attention(", "def tiled_attention(", "attention.attention_peaks(",
+         "attention.count_traffic(", "attention.sdpa_backend(", "sdpa_kernel(SDPBackend.MATH)",
+         "create_block_mask(", "flex_attention(q, k, v, block_mask=block_mask)"),
         ("txm.GPT(", "gpt_counts.training_flops_per_token(cfg)", "text.windows(",
          "autograd.record()", "gluon.Trainer(", "npx.waitall()", "counter.current()",
-         "d2l.measure(")),
+         "d2l.measure(", "def naive_attention(", "def tiled_attention(",
+         "attention_mxnet.attention_peaks(")),
 }
 
 
@@ -530,6 +534,56 @@ def test_the_sync_pages_losses_are_the_librarys():
             b.backward()
             torch.testing.assert_close(a, b, equal_nan=True)
             torch.testing.assert_close(ours.grad, theirs.grad, equal_nan=True)
+
+
+def _page_functions(page: str, framework: str, names: dict, pattern: str) -> dict:
+    """Run the cells of ``page`` (en) under ``framework`` that define a function matching
+    ``pattern`` in ``names``, and return ``names``."""
+    chapter = sources.parse(config.CHAPTERS / "en" / f"{page}.md")
+    for cell in chapter.cells:
+        if (cell.kind == "code" and cell.framework == framework
+                and re.search(pattern, cell.source, re.M)):
+            exec(cell.source, names)
+    return names
+
+
+def test_the_attention_pages_torch_functions_are_the_librarys():
+    """The naive and the tiled attention the page teaches give d2l_ext.transformer's (which
+    the library tests check against SDPA), at lengths that are not multiples of the block
+    and in bfloat16."""
+    torch = pytest.importorskip("torch")
+    from d2l_ext import transformer
+
+    names = _page_functions("transformers-attention", "torch", {"torch": torch},
+                            r"^def (naive|tiled)_attention\(")
+    generator = torch.Generator().manual_seed(3)
+    for s, block in ((37, 8), (64, 64), (5, 64), (130, 32)):
+        q, k, v = (torch.randn(2, 3, s, 16, generator=generator) for _ in range(3))
+        torch.testing.assert_close(names["naive_attention"](q, k, v),
+                                   transformer.naive_attention(q, k, v, causal=True))
+        torch.testing.assert_close(names["tiled_attention"](q, k, v, block=block),
+                                   transformer.tiled_attention(q, k, v, True, block, block))
+        qb, kb, vb = (t.bfloat16() for t in (q, k, v))
+        assert torch.equal(names["tiled_attention"](qb, kb, vb, block=block),
+                           transformer.tiled_attention(qb, kb, vb, True, block, block))
+
+
+def test_the_attention_pages_mxnet_functions_are_the_librarys():
+    pytest.importorskip("mxnet")
+    from mxnet import np, npx
+
+    from d2l_ext import transformer_mxnet
+
+    npx.set_np()
+    names = _page_functions("transformers-attention", "mxnet", {"np": np, "npx": npx},
+                            r"^def (naive|tiled)_attention\(")
+    for s, block in ((37, 8), (64, 64), (5, 64), (130, 32)):
+        q, k, v = (np.random.normal(size=(2, 3, s, 16)) for _ in range(3))
+        for ours, theirs in ((names["naive_attention"](q, k, v),
+                              transformer_mxnet.naive_attention(q, k, v, causal=True)),
+                             (names["tiled_attention"](q, k, v, block=block),
+                              transformer_mxnet.tiled_attention(q, k, v, True, block, block))):
+            assert float(np.abs(ours - theirs).max()) < 1e-5
 
 
 def test_the_sync_page_counts_each_synchronisation_once():

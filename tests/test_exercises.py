@@ -25,7 +25,7 @@ from page_cells import cell_with_presentation  # noqa: E402
 from pipeline import config, sources  # noqa: E402
 
 from d2l_ext import exercises  # noqa: E402
-from d2l_ext.catalogue import figure_text, say  # noqa: E402
+from d2l_ext.catalogue import figure_text, listing, say  # noqa: E402
 from d2l_ext.utils import message, show  # noqa: E402
 
 D2L = SimpleNamespace(message=message, say=say, figure_text=figure_text, show=show)
@@ -231,7 +231,7 @@ def ladder_cell(marker, lang, **names):
     from d2l_ext.utils import Timing
 
     d2l = SimpleNamespace(message=message, say=say, figure_text=figure_text, Timing=Timing,
-                          show=show)
+                          show=show, listing=listing)
     names = {"d2l": d2l, "statistics": __import__("statistics"), "joined": turns.joined,
              "both": turns.both, "tuning_setup": tuning_setup, **names}
     out = io.StringIO()
@@ -383,7 +383,7 @@ def test_the_race_to_the_target_says_who_reached_it(lang, debiased):
     held = debiased >= 0.9
     assert ("the initial statistics are what held the test accuracy back" in says.en) == held
     assert ("the initial statistics are not what held it back" in says.en) != held
-    assert f"{debiased:.3f}" in says.en and f"{debiased:.3f}" in says.zh
+    assert f"{debiased:.3f} (seed 0)" in says.en and f"{debiased:.3f}（种子 0）" in says.zh
     assert ("拖住测试准确率的正是初始统计量" in says.zh) == held
     assert "滑动统计量" in says.zh and "；" not in says.zh.split("不过")[0]
     assert "Yet" not in says.en.split("“batch 128”")[0]  # only the rung that trained
@@ -392,7 +392,8 @@ def test_the_race_to_the_target_says_who_reached_it(lang, debiased):
         assert short.en.endswith("“batch 128” reached 0.9 in no run (best 0.088), because "
                                  "after only 32 steps BatchNorm's running statistics still "
                                  "carried 3% of their initial values (variance 1): with that "
-                                 f"share removed, the same weights reach {debiased:.3f}.")
+                                 f"share removed, the same weights reach {debiased:.3f} "
+                                 "(seed 0).")
         assert "原因是只训练了 32 步" in short.zh and "还留着 3% 的初始值（方差为 1）" in short.zh
     else:  # no reason proven: the bare outcome
         assert short.en.endswith("“batch 128” reached 0.9 in no run (best 0.088).")
@@ -1107,6 +1108,31 @@ def test_transformers_exercise_2_the_length_at_which_the_attention_term_equals_t
         out = run(cell, f"seq_equal = {wrong}")
         assert out.startswith("Not quite") and "870" not in out
     assert run(cell, "seq_equal = None", "zh").startswith("练习 2")
+
+
+def test_transformers_attention_exercise_1_the_bytes_of_a_tiled_attention():
+    """2·(2sd + 2sd·⌈s/B⌉) = 272,629,760 bytes for s = 8,192, d = 128, B = 128, bfloat16."""
+    cell = check_cell("transformers-attention", "exercise 1")
+    assert run(cell, "tiled_bytes = 272_629_760").startswith("Correct")
+    assert run(cell, "tiled_bytes = 2 * (2 * 8192 * 128 * 65)", "zh").startswith("正确")
+    assert "2 bytes" in run(cell, "tiled_bytes = 136_314_880")  # close: numbers, not bytes
+    assert "both" in run(cell, "tiled_bytes = 2 * (2 * 8192 * 128 + 8192 * 128 * 64)")
+    for wrong in (545_259_520, 2 * 8192 * 8192):  # the naive attention's; the scores alone
+        out = run(cell, f"tiled_bytes = {wrong}")
+        assert out.startswith("Not quite") and "272,629,760" not in out
+    assert run(cell, "tiled_bytes = None").startswith("Exercise 1")
+
+
+def test_transformers_attention_exercise_2_a_probability_from_the_running_sum():
+    """p = 1 / (e⁻⁴ + e⁻² + e⁻³ + 1) ≈ 0.8310."""
+    cell = check_cell("transformers-attention", "exercise 2")
+    assert run(cell, "p_five = 0.831").startswith("Correct")
+    assert run(cell, "import math; p_five = 1 / (math.exp(-4) + math.exp(-2) + math.exp(-3) + 1)",
+               "zh").startswith("正确")
+    for wrong in (0.5, 1.0, 0.8488):  # a guess; the exponential alone; another sum
+        out = run(cell, f"p_five = {wrong}")
+        assert out.startswith("Not quite") and "0.8310" not in out
+    assert run(cell, "p_five = None", "zh").startswith("练习 2")
 
 
 # ------------------------------------------------------------ the checks in d2l_ext.exercises

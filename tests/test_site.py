@@ -603,6 +603,23 @@ def test_communication_page_shows_each_framework_its_own_messages(page, lang):
     assert page.errors == []
 
 
+@page_check("transformers-attention")
+def test_attention_page_shows_each_framework_its_own_tiles(page, lang):
+    """Each tab shows its own tiled attention and its tables; SDPA's backends and
+    FlexAttention appear under the PyTorch tab only."""
+    page.locator(".book-bar .fw-tab[data-fw=torch]").click()
+    torch_tiles = page.locator(".tag_torch", has_text="m = torch.full((*qi.shape[:-1], 1)")
+    backends = page.locator(".tag_torch", has_text="chosen[name] = attention.sdpa_backend(")
+    mxnet_tiles = page.locator(".tag_mxnet", has_text="m = np.full((*qi.shape[:-1], 1)")
+    assert torch_tiles.is_visible() and backends.is_visible() and not mxnet_tiles.is_visible()
+    header = {"en": "backend", "zh": "后端"}[lang]
+    assert header in _with_next(backends)
+    page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
+    assert mxnet_tiles.is_visible() and not torch_tiles.is_visible()
+    assert not backends.is_visible()
+    assert page.errors == []
+
+
 @page_check("memory")
 def test_memory_page_shows_each_framework_its_own_counter(page, lang):
     """The PyTorch tab counts with d2l_ext.memory's Tracker and checkpoints the deep MLP; the

@@ -72,6 +72,7 @@ CHAPTER_SECONDS = {
     "memory-sharding": 240,
     "memory-oom": 180,
     "transformers": 300,  # an estimate: GPT-2 small's shape trains and recomputes on a GPU
+    "transformers-attention": 120,  # an estimate: memory and byte counts, no training
 }
 #: A chapter missing from :data:`CHAPTER_SECONDS`.
 UNKNOWN_CHAPTER_SECONDS = 600
