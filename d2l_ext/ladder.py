@@ -123,7 +123,7 @@ def make_ladder(batch_size: int = 256, lr: float = 0.1, amp: str | None = "bf16"
                    "d2l 自己的循环和加载器：每张图像先变成 PIL 图像再变成张量，"
                    "由每轮重新启动的 4 个工作进程完成；复制到设备时阻塞")),
         Rung(f"d2l.train, {workers} loader workers restarted each epoch", "systems",
-             zh=f"d2l.train，{workers} 个加载器工作进程（每轮重启）",
+             zh=f"d2l.train，{workers} 个数据加载工作进程（每轮重启）",
              what=("the book's step: images kept as tensors, metrics summed on the device, "
                    "copies with non_blocking=True (from pageable memory CUDA may still make "
                    "such a copy wait for the device: its API documentation allows it)",

@@ -483,6 +483,8 @@ def _cells(columns, rows, formats, lang: str | None) -> tuple[list[str], list[li
     def shown(value, fmt: str = "") -> str:
         if isinstance(value, Text) and lang is not None:
             value = value.zh if lang == "zh" else value.en
+        if isinstance(value, (int, float)) and value == 0 and fmt.endswith(("e", "E")):
+            return "0"  # an exact zero, not 0.0e+00
         text = format(value, fmt)
         if isinstance(value, (int, float)) and text.startswith("-"):
             text = "\u2212" + text[1:]  # a true minus sign, as in the prose

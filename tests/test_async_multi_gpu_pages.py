@@ -45,9 +45,12 @@ def run(source: str, lang: str, monkeypatch, **names) -> tuple[dict, str]:
 
 
 # ------------------------------------------------------------ multi-gpu-concise: results
-def result(test_acc: float, seconds: float, devices: list[str]) -> SimpleNamespace:
+def result(test_acc: float, seconds: float, devices: list[str],
+           spread: float = 0.0) -> SimpleNamespace:
+    """A run of three epochs whose timed epochs (the last two) took ``seconds`` ± ``spread``."""
     return SimpleNamespace(test_acc=[0.5, test_acc], train_acc=[0.5, 0.9],
                            sec_per_epoch=seconds, images_per_second=[100.0, 100.0],
+                           epoch_seconds=[2 * seconds, seconds - spread, seconds + spread],
                            devices=devices)
 
 
@@ -90,7 +93,30 @@ def test_the_accuracy_sentence_on_more_gpus_names_the_fewer_updates(monkeypatch,
         assert "stayed within 0.02" in small and "curves" in large
     else:
         assert "仍在 0.02 以内" in small and "曲线" in large
-    assert names["speed"] == ("a speed-up of 1.67" if lang == "en" else "加速比为 1.67")
+    assert names["speed"].startswith("a speed-up of 1.67, larger than the epochs' spread" if
+                                     lang == "en" else "加速比为 1.67，超出了各轮用时的波动")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_speed_up_is_read_against_the_epochs_ranges(monkeypatch, lang):
+    """Two timed epochs per run: a speed-up outside the ranges is faster or slower, one
+    inside them is about as fast; with one timed epoch there is no range to judge by."""
+    def speed(one, many):
+        results = {1: one, 2: many}
+        names, _ = run(cell("multi-gpu-concise", "within = acc_gap <= 0.02"), lang, monkeypatch,
+                       results=results, k=2, on_gpus=True, num_epochs=10, num_train=None,
+                       batch_per_device=256)
+        return names["speed"]
+
+    slower = speed(result(0.9, 10.0, ["cuda:0"], 0.5), result(0.9, 12.0, ["cuda:0"] * 2, 0.5))
+    same = speed(result(0.9, 10.0, ["cuda:0"], 1.0), result(0.9, 10.2, ["cuda:0"] * 2, 1.0))
+    assert ("slower than one device" if lang == "en" else "比单设备还慢") in slower
+    assert ("about as fast as one device" if lang == "en" else "与单设备差不多快") in same
+    assert ("9.0–11.0" in same) and ("9.2–11.2" in same)
+    single = result(0.9, 10.0, ["cuda:0"])
+    single.epoch_seconds = [10.0]
+    assert speed(single, result(0.9, 5.0, ["cuda:0"] * 2)) == (
+        "a speed-up of 2.00" if lang == "en" else "加速比为 2.00")
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
@@ -121,7 +147,7 @@ def test_the_results_table_names_devices_in_the_readers_language(monkeypatch, la
 @pytest.mark.parametrize("lang", ["en", "zh"])
 @pytest.mark.parametrize("times, expected", [
     ((1.10, 1.12, 1.15), ("slower than predicted by more than 5 %", "慢 5% 以上")),
-    ((0.90, 0.92, 0.94), ("faster than predicted, by 6% to 10%", "快了 6% 到 10%")),
+    ((0.90, 0.92, 0.94), ("faster than predicted, by 6% to 10%", "快了 6%–10%")),
     ((0.97, 1.01, 1.03), ("came within 3% of the prediction", "相差都不超过 3%")),
     ((1.00, 1.00, 1.00), ("came within 1% of the prediction", "相差都不超过 1%"))])
 def test_mxnet_names_competition_for_cores_only_when_the_loop_is_slower(monkeypatch, lang,

@@ -29,10 +29,10 @@ def probe(framework: str) -> str:
 
 def cpu_name(cpu: str, lang: str) -> str:
     """The processor's name as the system reports it, without trademark signs, and in zh
-    with 处理器 for "Processor": "Intel(R) Xeon(R) Processor" is "Intel Xeon 处理器"."""
+    with 处理器 for the word "Processor": "Intel(R) Xeon(R) Processor" is "Intel Xeon 处理器"."""
     words = [word for word in re.sub(r"\((R|TM|tm)\)", "", cpu).split()]
     if lang == "zh":
-        words = ["处理器" if word in ("Processor", "CPU") else word for word in words]
+        words = ["处理器" if word == "Processor" else word for word in words]
     return " ".join(words)
 
 
