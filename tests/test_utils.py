@@ -513,3 +513,13 @@ def test_negative_numbers_carry_a_true_minus_sign_in_tables_and_sentences():
     assert table.cells == (("a", "\u221210%", "\u22121.0e-05"), ("-b", "+25%", "2.0e-05"))
     assert signed(-0.033, "+.1%") == "\u22123.3%" and signed(0.5, "+.1f") == "+0.5"
     assert signed(-2, "d") == "\u22122"
+
+
+def test_an_exact_zero_in_an_exponent_column_is_written_0():
+    """0.0e+00 reads as a rounded value; an exact zero prints 0, a tiny one keeps its exponent,
+    and a zero in a fixed-point column keeps its format."""
+    from d2l_ext.utils import text_table
+
+    table = text_table(["a", "b"], [[0.0, 0.0], [0, 1e-300], [-0.0, 3.0]], [".1e", ".2f"])
+    assert table.cells == (("0", "0.00"), ("0", "0.00"), ("0", "3.00"))
+    assert text_table(["a"], [[1e-300]], [".1e"]).cells == (("1.0e-300",),)
