@@ -32,7 +32,7 @@ from d2l_ext import memory, transformer
 
 __all__ = ["SDPA_OPS", "AttentionMemory", "OpTraffic", "Traffic", "attention_memory",
            "attention_peaks", "causal_mask", "causal_score", "count_traffic",
-           "flex_backward_error", "sdpa_backend", "sdpa_op", "sliding_window"]
+           "flex_backward_error", "op_traffic", "sdpa_backend", "sdpa_op", "sliding_window"]
 
 
 # ---------------------------------------------------------------------- traffic
@@ -89,6 +89,14 @@ def _unique_bytes(t: torch.Tensor) -> int:
     return math.prod(sizes) * t.element_size()
 
 
+def _view_key(t: torch.Tensor) -> tuple:
+    """What tells two views of one storage apart: where they start and how they step."""
+    try:
+        return t.data_ptr(), tuple(t.shape), t.stride()
+    except RuntimeError:  # a layout without strides
+        return t.data_ptr(), tuple(t.shape), None
+
+
 def _tensors(value) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
@@ -107,8 +115,8 @@ class _TrafficMode(TorchDispatchMode):
 
     def __init__(self, named: Mapping[str, torch.Tensor]) -> None:
         super().__init__()
-        self.named = [(name, StorageWeakRef(t.untyped_storage()), t.data_ptr(),
-                       t.data_ptr() + _extent(t)) for name, t in named.items()]
+        self.named = [(name, StorageWeakRef(t.untyped_storage()), _view_key(t), t.data_ptr(),
+                       t) for name, t in named.items()]
         self.ops: list[OpTraffic] = []
         self.reads: dict[str, int] = dict.fromkeys(named, 0)
         self.writes: dict[StorageWeakRef, int] = defaultdict(int)
@@ -117,8 +125,14 @@ class _TrafficMode(TorchDispatchMode):
         if not self.named:
             return None
         ref = StorageWeakRef(t.untyped_storage())
-        for name, named_ref, start, end in self.named:
-            if ref == named_ref and start <= t.data_ptr() < end:
+        for name, named_ref, view, _, _ in self.named:
+            if ref == named_ref and view == _view_key(t):
+                return name
+        for name, named_ref, _, start, _ in self.named:
+            if ref == named_ref and start == t.data_ptr():
+                return name
+        for name, named_ref, _, _, named_t in self.named:
+            if ref == named_ref and _holds_element(named_t, t.data_ptr()):
                 return name
         return None
 
@@ -170,12 +184,25 @@ def _returns_an_alias(func, args, kwargs, out) -> bool:
                                  for t in outputs)
 
 
-def _extent(t: torch.Tensor) -> int:
-    """Bytes from a tensor's first element to just past its last."""
-    if t.numel() == 0:
-        return 0
-    last = sum((n - 1) * stride for n, stride in zip(t.shape, t.stride()))
-    return (last + 1) * t.element_size()
+def _holds_element(t: torch.Tensor, address: int) -> bool:
+    """Whether ``address`` is the address of one of ``t``'s elements (not merely inside its
+    span, which the elements of an interleaved view share with its neighbours'). Assumes
+    each stride steps over everything the smaller strides reach, as in a permuted or
+    sliced contiguous tensor."""
+    offset, rest = divmod(address - t.data_ptr(), t.element_size())
+    if rest or offset < 0:
+        return False
+    try:
+        dims = sorted(zip(t.stride(), t.shape), reverse=True)
+    except RuntimeError:  # a layout without strides: its span is its own
+        return offset < t.numel()
+    for stride, n in dims:
+        if stride == 0 or n == 1:
+            continue
+        index, offset = divmod(offset, stride)
+        if index >= n:
+            return False
+    return offset == 0
 
 
 def count_traffic(fn: Callable[..., torch.Tensor], q: torch.Tensor, k: torch.Tensor,
@@ -183,12 +210,25 @@ def count_traffic(fn: Callable[..., torch.Tensor], q: torch.Tensor, k: torch.Ten
     """Run ``fn(q, k, v, *args, **kwargs)`` without autograd and count the bytes each op
     reads and writes (a view moves nothing; an expanded dimension counts once; an op that
     only allocates moves nothing). Returns a :class:`Traffic`; ``written`` is the bytes
-    written into the tensor ``fn`` returns."""
+    written into the tensor ``fn`` returns. A read is booked to the input it is (same start,
+    shape and strides), else to the input that starts where it starts (a transpose), else to
+    the input one of whose elements it starts at (a slice); when two inputs are the same
+    tensor, its reads go to the first of q, k, v."""
     mode = _TrafficMode({"q": q, "k": k, "v": v})
     with torch.no_grad(), mode:
         out = fn(q, k, v, *args, **kwargs)
     written = mode.writes.get(StorageWeakRef(out.untyped_storage()), 0)
     return Traffic(tuple(mode.ops), dict(mode.reads), written)
+
+
+def op_traffic(fn: Callable[..., torch.Tensor], *args, **kwargs) -> Traffic:
+    """Like :func:`count_traffic`, for any function of any tensors: the bytes each op reads
+    and writes (``read`` is empty: no input is named)."""
+    mode = _TrafficMode({})
+    with torch.no_grad(), mode:
+        out = fn(*args, **kwargs)
+    written = mode.writes.get(StorageWeakRef(out.untyped_storage()), 0)
+    return Traffic(tuple(mode.ops), {}, written)
 
 
 # ---------------------------------------------------------------------- SDPA's choice

@@ -58,11 +58,14 @@ def _call(fn: Callable, q, k, v, args, kwargs, backward: bool):
 
 
 def attention_peak(counter: StorageCounter, fn: Callable, q, k, v, *args,
-                   backward: bool = False, warmup: int = 16, **kwargs) -> MXAttentionMemory:
+                   backward: bool = False, warmup: int = 16, calls: int = 5,
+                   **kwargs) -> MXAttentionMemory:
     """Measure ``fn(q, k, v, *args, **kwargs)`` with ``counter`` (started before the first
     array of the process). First call it, unmeasured, until as many calls in a row as MXNet
     keeps workspaces (``MXNET_CPU_TEMP_COPY``) leave no more memory allocated than before
-    them (at most ``warmup`` calls); then read the peak of one call.
+    them (at most ``warmup`` calls); then read the peaks of ``calls`` calls and keep the
+    smallest: the engine frees arrays on its own threads, so a call's peak can include
+    arrays that a faster engine would have freed already, never fewer than the call needs.
     With ``backward``, q, k and v get gradient arrays (before the measurement), the forward
     pass is recorded and the backward pass runs from ``out.backward()`` (a gradient of
     ones)."""
@@ -81,17 +84,24 @@ def attention_peak(counter: StorageCounter, fn: Callable, q, k, v, *args,
         quiet = quiet + 1 if counter.read().current <= before else 0
         if quiet >= _temp_copies():
             break
-    before = counter.read().current
-    out = _call(fn, q, k, v, args, kwargs, backward)
-    forward = counter.read()
-    backward_peak = None
-    if backward:
-        out.backward()
+    if calls < 1:
+        raise ValueError(f"calls must be at least 1, not {calls}")
+    found = []  # (forward peak, kept after the forward pass, backward peak) per call
+    for _ in range(calls):
+        before = counter.read().current
+        out = _call(fn, q, k, v, args, kwargs, backward)
+        forward = counter.read()
+        backward_peak = None
+        if backward:
+            out.backward()
+            npx.waitall()
+            backward_peak = counter.read().peak - before
+        del out
         npx.waitall()
-        backward_peak = counter.read().peak - before
-    del out
-    return MXAttentionMemory(forward.peak - before, forward.current - before, backward_peak,
-                             before - start)
+        found.append((forward.peak - before, forward.current - before, backward_peak))
+    peak, kept, _ = min(found, key=lambda call: call[0])
+    backward_peak = min(call[2] for call in found) if backward else None
+    return MXAttentionMemory(peak, kept, backward_peak, before - start)
 
 
 def attention_peaks(counter: StorageCounter, lengths: Iterable[int],

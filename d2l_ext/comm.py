@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from d2l_ext.i18n import Text, message
-from d2l_ext.utils import Table, Timing, paired_verdict, text_table
+from d2l_ext.utils import Table, Timing, paired_verdict, signed, text_table
 
 # torch is imported inside the functions that need it: the cost model's functions
 # (fit_alpha_beta, bus_bandwidth) serve the MXNet half of the book too, without torch.
@@ -472,14 +472,15 @@ def fit_miss_note(size: str, miss: float) -> Text:
     (``miss``:
     measured over modelled, minus one) and where (``size``); a fit that misses by more than
     half makes its fitted numbers, and ratios of them, rough."""
+    pct = signed(miss, "+.0%")
     if abs(miss) <= 0.5:
         return message(
-            en=f"The all-reduce's own fit: its largest miss was {miss:+.0%} (at {size}).",
-            zh=f"全归约自己的拟合，最大偏差为 {miss:+.0%}（在 {size} 处）。")
+            en=f"The all-reduce's own fit: its largest miss was {pct} (at {size}).",
+            zh=f"全归约自己的拟合，最大偏差为 {pct}（在 {size} 处）。")
     return message(
-        en=f"Its own fit, though, missed by up to {miss:+.0%} (at {size}), beyond 50%, so "
+        en=f"Its own fit, though, missed by up to {pct} (at {size}), beyond 50%, so "
            "these two ratios are rough.",
-        zh=f"不过，全归约自己的拟合最大偏差达 {miss:+.0%}（在 {size} 处），超过 50%，"
+        zh=f"不过，全归约自己的拟合最大偏差达 {pct}（在 {size} 处），超过 50%，"
            "所以这两个比值只能粗略地看。")
 
 
@@ -494,10 +495,11 @@ def reduce_verdict(reduce_beta: float, beta: float, between_gpus: bool,
     verdict = _reduce_verdict(reduce_beta, beta, between_gpus)
     if abs(miss) <= 0.5:
         return verdict
+    pct = signed(miss, "+.0%")
     return message(
-        en=f"{verdict.en}; these two fits miss their times by up to {miss:+.0%}, so this "
+        en=f"{verdict.en}; these two fits miss their times by up to {pct}, so this "
            "too is rough",
-        zh=f"{verdict.zh}。这两个拟合与实测时间的最大偏差达 {miss:+.0%}，所以这个结论也只能"
+        zh=f"{verdict.zh}。这两个拟合与实测时间的最大偏差达 {pct}，所以这个结论也只能"
            "粗略地看")
 
 
@@ -564,9 +566,10 @@ def miss_reading(worst: Mapping[str, tuple[str, float]], names: Mapping[str, Tex
     missed most; ``"largest"``, the table's largest miss, with its column and size."""
     if not worst:
         raise ValueError("no column to read.")
-    en = [f"in the {names[c].en} column at {size}, by {miss:+.0%}"
+    en = [f"in the {names[c].en} column at {size}, by {signed(miss, '+.0%')}"
           for c, (size, miss) in worst.items()]
-    zh = [f"“{names[c].zh}”一列在 {size}，为 {miss:+.0%}" for c, (size, miss) in worst.items()]
+    zh = [f"“{names[c].zh}”一列在 {size}，为 {signed(miss, '+.0%')}"
+          for c, (size, miss) in worst.items()]
     top = max(worst, key=lambda c: abs(worst[c][1]))
     size, miss = worst[top]
     return {
@@ -575,8 +578,8 @@ def miss_reading(worst: Mapping[str, tuple[str, float]], names: Mapping[str, Tex
                                             else ", ".join(en[:-1]) + ", and " + en[-1]),
             zh="模型偏差最大的地方：" + "；".join(zh)),
         "largest": message(
-            en=f"{miss:+.0%}, in the {names[top].en} column at {size}",
-            zh=f"{miss:+.0%}，在“{names[top].zh}”一列的 {size} 处")}
+            en=f"{signed(miss, '+.0%')}, in the {names[top].en} column at {size}",
+            zh=f"{signed(miss, '+.0%')}，在“{names[top].zh}”一列的 {size} 处")}
 
 
 def ring_small_note(size: str, measured: Mapping[int, float], model: Mapping[int, float],

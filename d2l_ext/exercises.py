@@ -842,8 +842,55 @@ number_answer(
     "transformers-attention", 2, "p_five",
     ("p = e⁰ / ℓ = 1 / (e⁻⁴ + e⁻² + e⁻³ + 1) ≈ 0.8310: the running sum already holds every "
      "score's exponential against the final maximum 5.",
-     "p = e⁰ / ℓ = 1 / (e⁻⁴ + e⁻² + e⁻³ + 1) ≈ 0.8310：运行中的和已经包含了每个分数相对最终"
+     "p = e⁰ / ℓ = 1 / (e⁻⁴ + e⁻² + e⁻³ + 1) ≈ 0.8310：累计和已经包含了每个分数相对最终"
      "最大值 5 的指数。"),
     ("the softmax of a score x is e^(x − m) / ℓ with the final maximum m = 5.",
      "分数 x 的 softmax 值是 e^(x − m) / ℓ，其中 m 是最终的最大值 5。"),
     within=(1 / (math.exp(-4) + math.exp(-2) + math.exp(-3) + 1), 0.0005))
+
+
+# ---------------------------------------------------------------- transformers-kernels
+@exercise("transformers-kernels", 1, "matmul_bytes")
+def _transformers_kernels_1(matmul_bytes: Any, run: dict) -> Text:
+    n, block, item = 1024, 64, 4
+    traffic = item * (2 * n * n * math.ceil(n / block) + n * n)
+    if near(matmul_bytes, traffic, traffic / 1000):
+        return correct("4·(mk⌈n/b⌉ + kn⌈m/b⌉ + mn) = 138,412,032 bytes, about 132 MiB: A and B "
+                       "read 16 times each, C written once; 15.5 FLOPs per byte.",
+                       "4·(mk⌈n/b⌉ + kn⌈m/b⌉ + mn) = 138,412,032 字节，约 132 MiB：A 和 B 各读 "
+                       "16 遍，C 写一遍；每字节 15.5 次浮点运算。")
+    if near(matmul_bytes, traffic - item * n * n, traffic / 1000):
+        return close("that is the loads; add the stores of C.",
+                     "这只是加载；还要加上写出 C 的字节。")
+    if near(matmul_bytes, traffic / item, traffic / 1000):
+        return close("that counts numbers; float32 takes 4 bytes each.",
+                     "这是数的个数；float32 每个数占 4 字节。")
+    return not_quite("each program reads its rows of A and its columns of B in full: A is read "
+                     "once per column of blocks (⌈n/b⌉), B once per row of blocks (⌈m/b⌉), "
+                     "and C written once, in bytes.",
+                     "每个程序都要完整地读入自己那几行 A 和那几列 B：A 按块的列数（⌈n/b⌉）读"
+                     "几遍，B 按块的行数（⌈m/b⌉）读几遍，C 写一遍，单位是字节。")
+
+
+@exercise("transformers-kernels", 2, "composed_bytes")
+def _transformers_kernels_2(composed_bytes: Any, run: dict) -> Text:
+    r, c = 512, 1000
+    traffic = 32 * r * c + 24 * r
+    if near(composed_bytes, traffic, 1):
+        return correct("32rc + 24r = 16,396,288 bytes: the matrix read five times and written "
+                       "three times, plus the row maxima, their indices and the sums; four times "
+                       "the fused kernel's 8rc.",
+                       "32rc + 24r = 16,396,288 字节：矩阵读五遍、写三遍，再加上每行的最大值、"
+                       "它的下标和行和；是融合核函数 8rc 的四倍。")
+    if near(composed_bytes, 32 * r * c + 16 * r, 1):
+        return close("max with a dimension also writes an int64 index per row (8 bytes).",
+                     "带维度的 max 还要为每行写一个 int64 下标（8 字节）。")
+    if near(composed_bytes, 32 * r * c, 16 * r):
+        return close("add the per-row numbers: the maxima, their indices and the sums, written "
+                     "and read again.",
+                     "还要加上每行的那几个数：最大值、它的下标和行和，写出后又被读入。")
+    return not_quite("go through the five operations: what each reads and writes, in numbers "
+                     "of rc (the matrix) and r (one per row), then times 4 bytes (8 for the "
+                     "indices).",
+                     "逐个看五个运算各读写多少：以 rc（整个矩阵）和 r（每行一个数）计，再乘以 "
+                     "4 字节（下标是 8 字节）。")

@@ -724,7 +724,9 @@ class RungResult:
     flops_per_step: float
     peak: float
     step_seconds: list[float] = field(default_factory=list)  # one per round
-    one_off: float = 0.0  # the warm-up's seconds beyond as many steady steps
+    #: the warm-up's seconds beyond as many steady steps (negative where the warm-up ran
+    #: faster than the steady steps: the machine's speed drifted between them)
+    one_off: float = 0.0
     warmup_steps: int = 0
     split: timing.SplitTime | None = None
     ratios: list[float] = field(default_factory=list)  # against the rung before, per round
@@ -894,7 +896,7 @@ def run(rungs: Sequence[Rung], device: torch.device, rounds: int = 5, steps: int
             if result.error or not result.step_seconds:
                 continue
             steady = result.seconds * result.warmup_steps
-            result.one_off = max(0.0, result.one_off - steady)
+            result.one_off -= steady
             if split:
                 try:
                     with runner.flags():
@@ -972,7 +974,7 @@ class TargetRun:
     accuracy: float  # the last one read
     epochs: float  # epochs trained when it was read
     steady: float  # training seconds at the steady rate (warm-up steps counted at that rate)
-    one_off: float  # the warm-up's seconds beyond that
+    one_off: float  # the warm-up's seconds beyond that (negative: the warm-up ran faster)
     steps: int = 0  # training steps taken
     #: the accuracy of the training predictions of the last chunk, as the steps made them
     #: (BatchNorm in training mode); NaN for d2l's loop, which does not count them
@@ -1033,20 +1035,27 @@ def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.d
             debiased = float("nan") if acc >= target else runner.debiased_accuracy()
             one = TargetRun(rung.title, seed, acc >= target, acc, done / runner.steps_per_epoch,
                             timed + warm_steps * per_step,
-                            max(0.0, warm_seconds - warm_steps * per_step), done,
+                            warm_seconds - warm_steps * per_step, done,
                             train_acc, debiased, compiled)
             runner._batches = None
             out.append(one)
             if verbose:
                 state_en = "reached" if one.reached else "did not reach"
                 state_zh = "达到" if one.reached else "没有达到"
+                if one.one_off > 0:
+                    extra = message(en=f" + {one.one_off:.1f} s one-off",
+                                    zh=f"，另加一次性开销 {one.one_off:.1f} 秒")
+                else:  # the warm-up ran no slower than the steady steps
+                    extra = message(en=f"; its warm-up took {-one.one_off:.1f} s less than as "
+                                       "many steady steps",
+                                    zh=f"；它的预热比同样步数的稳态训练还少用 "
+                                       f"{-one.one_off:.1f} 秒")
                 print(message(
                     en=f"{one.name.en}, seed {seed}: {state_en} {target} ({acc:.3f}) after "
-                       f"{one.epochs:.2f} epochs, {one.steady:.1f} s of training "
-                       f"+ {one.one_off:.1f} s one-off",
+                       f"{one.epochs:.2f} epochs, {one.steady:.1f} s of training{extra.en}",
                     zh=f"{one.name.zh}，种子 {seed}：训练 {one.epochs:.2f} 轮后{state_zh} "
-                       f"{target}（{acc:.3f}），训练 {one.steady:.1f} 秒，另加一次性开销 "
-                       f"{one.one_off:.1f} 秒"), flush=True)
+                       f"{target}（{acc:.3f}），训练 {one.steady:.1f} 秒{extra.zh}"),
+                      flush=True)
     return out
 
 

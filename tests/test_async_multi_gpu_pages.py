@@ -101,18 +101,27 @@ def test_the_accuracy_sentence_on_more_gpus_names_the_fewer_updates(monkeypatch,
 def test_the_speed_up_is_read_against_the_epochs_ranges(monkeypatch, lang):
     """Two timed epochs per run: a speed-up outside the ranges is faster or slower, one
     inside them is about as fast; with one timed epoch there is no range to judge by."""
-    def speed(one, many):
+    def speed(one, many, **tab):
         results = {1: one, 2: many}
         names, _ = run(cell("multi-gpu-concise", "within = acc_gap <= 0.02"), lang, monkeypatch,
                        results=results, k=2, on_gpus=True, num_epochs=10, num_train=None,
-                       batch_per_device=256)
+                       batch_per_device=256, **tab)
         return names["speed"]
 
     slower = speed(result(0.9, 10.0, ["cuda:0"], 0.5), result(0.9, 12.0, ["cuda:0"] * 2, 0.5))
     same = speed(result(0.9, 10.0, ["cuda:0"], 1.0), result(0.9, 10.2, ["cuda:0"] * 2, 1.0))
-    assert ("slower than one device" if lang == "en" else "比单设备还慢") in slower
-    assert ("about as fast as one device" if lang == "en" else "与单设备差不多快") in same
+    assert ("2 devices were slower than 1 device" if lang == "en"
+            else "也就是说，2 个设备比 1 个设备还慢") in slower
+    assert ("2 devices were about as fast as 1 device" if lang == "en"
+            else "2 个设备并不比 1 个设备快") in same
     assert ("9.0–11.0" in same) and ("9.2–11.2" in same)
+    # the PyTorch tab, where each device has its process, names processes
+    processes = speed(result(0.9, 10.0, ["cuda:0"], 1.0), result(0.9, 10.2, ["cuda:0"] * 2, 1.0),
+                      torchrun=None)
+    assert ("with 1 process, 9.2–11.2 s with 2 processes), so 2 processes were about as "
+            "fast as 1 process" if lang == "en" else
+            "1 个进程用了 9.0–11.0 秒，2 个进程用了 9.2–11.2 秒），"
+            "也就是说，2 个进程并不比 1 个进程快") in processes
     single = result(0.9, 10.0, ["cuda:0"])
     single.epoch_seconds = [10.0]
     assert speed(single, result(0.9, 5.0, ["cuda:0"] * 2)) == (

@@ -90,6 +90,33 @@ def test_count_traffic_counts_views_as_nothing_and_broadcasts_once():
     assert out.written == n and out.by_op()["empty_like"] == (0, 0)
 
 
+def test_count_traffic_books_reads_of_views_of_one_qkv_tensor_to_each_name():
+    b, s, h, d = 2, 9, 3, 4
+    qkv_all = torch.randn(b, s, 3, h, d).permute(2, 0, 3, 1, 4)  # q, k, v interleaved
+    q, k, v = qkv_all.unbind(0)
+    part = b * h * s * d * 4
+    each = at.count_traffic(lambda q, k, v: q @ k.transpose(-1, -2) + v.sum(), q, k, v)
+    assert each.read == {"q": part, "k": part, "v": part}
+    # slices of the interleaved views, as a tiled loop reads them: each to its own name
+    sliced = at.count_traffic(lambda q, k, v: q[:, :, :4] @ k[:, :, 4:].transpose(-1, -2)
+                              + v[:, :, 2:7].sum(), q, k, v)
+    row = d * 4  # bytes of one token's row of one head
+    assert sliced.read == {"q": b * h * 4 * row, "k": b * h * (s - 4) * row,
+                           "v": b * h * 5 * row}
+    # the same tensor passed twice: its reads go to the first name
+    twice = at.count_traffic(lambda q, k, v: q + k + v, q, k, k)
+    assert twice.read == {"q": part, "k": 2 * part, "v": 0}
+
+
+def test_a_tiled_loop_on_an_interleaved_qkv_books_the_same_reads_as_on_separate_tensors():
+    qkv_all = torch.randn(1, 256, 3, 1, 32, dtype=torch.bfloat16).permute(2, 0, 3, 1, 4)
+    views = qkv_all.unbind(0)
+    apart = [t.contiguous() for t in views]
+    on_views = at.count_traffic(tf.tiled_attention, *views, True, 64, 64)
+    on_copies = at.count_traffic(tf.tiled_attention, *apart, True, 64, 64)
+    assert on_views.read == on_copies.read and on_views.io == on_copies.io
+
+
 def test_the_cpu_fused_kernel_is_one_op_reading_q_k_v_once():
     s = 37
     q, k, v = qkv(s)

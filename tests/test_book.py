@@ -747,6 +747,7 @@ def _sync_page_gpu_state(on_gpu):
             "debug_counts": dict(zip(costs, (6, 4, 3, 0))) if on_gpu else None,
             "mean": statistics.fmean, "text_table": text_table, "sync_profile": sync_profile,
             "LOSS": i18n.message(en="loss", zh="损失函数"),
+            "ms": lambda timing: timing.text("ms"),
             "d2l": SimpleNamespace(message=i18n.message, label=i18n.label, gpu_runs=gpu_runs,
                                    say=catalogue.say, figure_text=catalogue.figure_text,
                                    show=show, listing=catalogue.listing)}
@@ -802,6 +803,8 @@ def test_the_sync_pages_gpu_figures_and_sentences_hold_on_either_device(on_gpu, 
                                         "and device time are both zero.")
         assert names["columns_note"].zh.startswith("本次运行也是如此")
         assert "this run (CPU)" in printed
+        # the ranges of model_only and original (24.31–24.67, 29.50–29.95) do not overlap
+        assert "the loss added a cost beyond the ranges' overlap" in names["debug_note"].en
     row = next(x for x in printed.splitlines() if x.startswith("syncs per step"))
     assert row.split()[-2:] == (["6/4/3/0", "6/4/3/0"] if on_gpu else ["–", "6/4/3/0"])
     monkeypatch.setattr(names["d2l"].gpu_runs, "load", lambda chapter: None)

@@ -128,6 +128,8 @@ def test_the_landing_page_gives_the_run_times_the_notebooks_recorded(lang):
     checked = 0
     for name, item in landing_items(lang).items():
         assert f"{{run-times}}`{name}`" in item, f"{lang}/index.md: cite {name}'s run time"
+        assert "{book-machine}`all`" in (ROOT / "chapters" / lang / "index.md").read_text(
+            encoding="utf-8"), f"{lang}/index.md: name the machine once, before the list"
         said = book_runtimes.run_times(ROOT, lang, name)
         for framework in FRAMEWORKS:
             assert FRAMEWORK_NAMES[framework] in said
@@ -140,7 +142,9 @@ def test_the_landing_page_gives_the_run_times_the_notebooks_recorded(lang):
                 continue
             seconds = sum(seconds for seconds, _ in records)  # the chapter's pages together
             cpu = runinfo.cpu_name(records[0][1]["cpu"], lang)
-            assert _duration(seconds, lang) in said and cpu in said, said
+            named = (said if book_runtimes.book_machine(ROOT, lang) is None
+                     else book_runtimes.book_machine_sentence(ROOT, lang))  # once, above
+            assert _duration(seconds, lang) in said and cpu in named, (said, named)
             checked += 1
     assert checked, "no notebook recorded a full-size CPU run to check the times against"
 

@@ -620,6 +620,22 @@ def test_attention_page_shows_each_framework_its_own_tiles(page, lang):
     assert page.errors == []
 
 
+@page_check("transformers-kernels")
+def test_kernels_page_shows_triton_under_pytorch_and_fusion_under_mxnet(page, lang):
+    """The PyTorch tab shows the Triton kernels and their counted bytes; the MXNet tab shows
+    oneDNN's fused graph and no Triton."""
+    page.locator(".book-bar .fw-tab[data-fw=torch]").click()
+    softmax = page.locator(".tag_torch", has_text="def softmax_kernel(out_ptr, in_ptr")
+    fusion = page.locator(".tag_mxnet", has_text='fused.optimize_for(x, backend="MKLDNN")')
+    assert softmax.is_visible() and not fusion.is_visible()
+    assert {"en": "fused kernel (Triton)", "zh": "融合核函数（Triton）"}[lang] in \
+        _with_next(softmax)
+    page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
+    assert fusion.is_visible() and not softmax.is_visible()
+    assert "_sg_mkldnn_fully_connected" in _with_next(fusion)
+    assert page.errors == []
+
+
 @page_check("memory")
 def test_memory_page_shows_each_framework_its_own_counter(page, lang):
     """The PyTorch tab counts with d2l_ext.memory's Tracker and checkpoints the deep MLP; the

