@@ -29,6 +29,10 @@ TOOL_LINE = re.compile(r"^\s*(\w+(Warning|Error|Exception)\b|Writing \S+$|Overwr
                        r"Traceback|\(\w+\): [A-Z]\w*\(|[A-Z]\w*\($|\)$|-{1,2}[A-Za-z])")
 
 
+#: A line of generated code (C++ that torch.compile wrote): tool output.
+CODE_LINE = re.compile(r"^\s*(#\s*(pragma|include)\b|.*[;{}]\s*$|.*::)|^\s*(extern|auto|for)\b")
+
+
 #: Words that are names in any language: devices.
 NAMES = {"cpu", "gpu", "cuda"}
 #: A table printed by a profiler (torch's key_averages, MXNet's dumps): tool output.
@@ -46,7 +50,7 @@ def english_runs(text: str) -> list[str]:
     text = SANITIZER_REPORT.sub("", text)
     found = []
     for line in text.splitlines():
-        if TOOL_LINE.match(line):
+        if TOOL_LINE.match(line) or CODE_LINE.match(line):
             continue
         line = re.sub(r"`[^`]*`|'[^']*'|\"[^\"]*\"|“[^”]*”", " ", line)  # quoted names, quotes
         line = re.sub(r"\b\w+(Error|Exception|Warning): .*", " ", line)  # a quoted error
@@ -65,6 +69,9 @@ def test_the_detector_finds_sentences_and_spares_code_and_tools():
     assert english_runs("Writing hogwild.py") == []
     assert english_runs("损失 syncs per step") == ["syncs per step"]
     assert english_runs("设备：cpu cpu cpu") == []
+    assert english_runs('extern "C"  void  kernel(const float* in_ptr0,') == []  # generated
+    assert english_runs("    #pragma omp parallel") == []
+    assert english_runs("auto tmp0 = at::vec::Vectorized<float>::loadu(in_ptr0);") == []
     assert english_runs("失败：MXNetError: could not create a primitive") == []
     table = "-----------  ------------\nName    Self CPU   CPU total\n-----------  ------------\n"
     assert english_runs(table) == []
