@@ -874,13 +874,13 @@ def _transformers_kernels_1(matmul_bytes: Any, run: dict) -> Text:
 
 @exercise("transformers-kernels", 2, "composed_bytes")
 def _transformers_kernels_2(composed_bytes: Any, run: dict) -> Text:
-    r, c = 512, 1000
+    r, c = 1024, 4096
     traffic = 32 * r * c + 24 * r
     if near(composed_bytes, traffic, 1):
-        return correct("32rc + 24r = 16,396,288 bytes: the matrix read five times and written "
+        return correct("32rc + 24r = 134,242,304 bytes: the matrix read five times and written "
                        "three times, plus the row maxima, their indices and the sums; four times "
                        "the fused kernel's 8rc.",
-                       "32rc + 24r = 16,396,288 字节：矩阵读五遍、写三遍，再加上每行的最大值、"
+                       "32rc + 24r = 134,242,304 字节：矩阵读五遍、写三遍，再加上每行的最大值、"
                        "它的下标和行和；是融合核函数 8rc 的四倍。")
     if near(composed_bytes, 32 * r * c + 16 * r, 1):
         return close("max with a dimension also writes an int64 index per row (8 bytes).",
@@ -894,3 +894,49 @@ def _transformers_kernels_2(composed_bytes: Any, run: dict) -> Text:
                      "indices).",
                      "逐个看五个运算各读写多少：以 rc（整个矩阵）和 r（每行一个数）计，再乘以 "
                      "4 字节（下标是 8 字节）。")
+
+
+# ---------------------------------------------------------------- transformers-precision
+@exercise("transformers-precision", 1, "smallest_update")
+def _transformers_precision_1(smallest_update: Any, run: dict) -> Text:
+    if near(smallest_update, 2.0 ** -7, 1e-12):
+        return correct("2⁻⁷ = 0.0078125: bfloat16's 7 mantissa bits put the next number above 1 "
+                       "at 1 + 2⁻⁷, and 1 + 2⁻⁸ lies exactly halfway, which rounds to the even "
+                       "neighbour, 1.",
+                       "2⁻⁷ = 0.0078125：bfloat16 有 7 位尾数，1 之上的下一个数是 1 + 2⁻⁷；"
+                       "1 + 2⁻⁸ 正好在中点，取偶，舍入回 1。")
+    if near(smallest_update, 2.0 ** -8, 1e-12):
+        return close("1 + 2⁻⁸ lies exactly halfway between 1 and the next number, and a tie "
+                     "rounds to the neighbour whose last bit is 0.",
+                     "1 + 2⁻⁸ 正好落在 1 和下一个数的中点，恰在中点时取偶，即末位为 0 的那个邻居。")
+    if near(smallest_update, 2.0 ** -10, 1e-12) or near(smallest_update, 2.0 ** -11, 1e-12):
+        return close("that is float16's step (10 mantissa bits); bfloat16 has 7.",
+                     "这是 float16 的间距（10 位尾数）；bfloat16 只有 7 位。")
+    return not_quite("count bfloat16's mantissa bits: the step just above 1 is 2 to the minus "
+                     "that many, and rounding to nearest needs more than half a step.",
+                     "数一数 bfloat16 的尾数位数：1 之上的间距是 2 的负这么多次方；舍入到最近，"
+                     "要超过半个间距才会向上舍入。")
+
+
+@exercise("transformers-precision", 2, "e4m3_scale", "e4m3_power_of_two")
+def _transformers_precision_2(answer: Any, run: dict) -> Text:
+    scale, power = answer
+    exact_ok, power_ok = near(scale, 448 / 3, 0.05), equal(power, 128)
+    if exact_ok and power_ok:
+        return correct("448 / 3 ≈ 149.3, and 2⁷ = 128, since 3 · 256 = 768 would pass 448.",
+                       "448 / 3 ≈ 149.3；2 的幂取 2⁷ = 128，因为 3 · 256 = 768 会超过 448。")
+    if exact_ok and equal(power, 256):
+        return close("256 rounds the scale up: 3 · 256 = 768 is above E4M3's largest number.",
+                     "256 是把缩放系数向上取整：3 · 256 = 768，超过了 E4M3 的最大值。")
+    if exact_ok and equal(power, 7):
+        return close("give the power of 2 itself, not its exponent: 2⁷ = 128.",
+                     "要给出这个 2 的幂本身，而不是指数：2⁷ = 128。")
+    if exact_ok:
+        return close("the scale is right; now the largest power of 2 not above it.",
+                     "缩放系数对了；再找不超过它的最大的 2 的幂。")
+    if near(scale, 57344 / 3, 1):
+        return close("57,344 is E5M2's largest number; E4M3's is 448.",
+                     "57,344 是 E5M2 的最大值；E4M3 的是 448。")
+    return not_quite("the scale maps the largest magnitude onto E4M3's largest number, 448: "
+                     "divide.",
+                     "缩放系数把最大的绝对值映射到 E4M3 的最大值 448 上：做一次除法即可。")

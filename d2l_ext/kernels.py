@@ -3,9 +3,11 @@ stores, and the code ``torch.compile`` generates.
 
 * :func:`use_interpreter` makes Triton run kernels in its interpreter (NumPy, on the CPU)
   where no GPU is there; call it before any ``@triton.jit`` runs.
-* :func:`count_memory` counts the bytes a Triton kernel's loads and stores touch while it
-  runs in the interpreter (masked-off elements excluded): the kernel's own traffic to
-  memory, as its code states it.
+* :func:`count_memory` counts the bytes a Triton kernel's loads and stores request while it
+  runs in the interpreter (masked-off elements excluded; a repeated load counts again): the
+  kernel's own traffic to memory, as its code states it.
+* :func:`page_faults` counts the fresh memory pages a function touches per call, the cost
+  of allocating that a timing includes and a byte count does not.
 * :func:`matmul_traffic` is the traffic of a tiled matrix product, block by block, to set
   beside that count.
 * :func:`generated_code` runs a function under ``torch.compile`` and returns the code that
@@ -24,28 +26,17 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["MemoryCount", "count_memory", "generated_code", "generated_kernels",
-           "matmul_traffic", "use_interpreter"]
+           "matmul_traffic", "page_faults", "use_interpreter"]
 
 
 def use_interpreter(device: torch.device | str) -> bool:
     """Whether Triton must interpret its kernels here: True on a CPU, where it then sets
-    ``TRITON_INTERPRET=1`` (read when a kernel is defined with ``@triton.jit``, so call this
-    first); False on a GPU, where Triton compiles them. Raises if kernels defined earlier
-    in this process were compiled and now would be interpreted, or the other way round."""
+    ``TRITON_INTERPRET=1``; False on a GPU, where Triton compiles them. Triton reads the
+    variable when a kernel is defined with ``@triton.jit``, and each kernel keeps the mode it
+    was defined in: call this before defining any kernel."""
     interpret = torch.device(device).type == "cpu"
-    wanted = "1" if interpret else "0"
-    if os.environ.get("TRITON_INTERPRET", wanted) != wanted and "triton" in _imported():
-        raise RuntimeError("Triton was imported with TRITON_INTERPRET="
-                           f"{os.environ['TRITON_INTERPRET']!r}; restart the kernel and call "
-                           "use_interpreter before defining any kernel.")
-    os.environ["TRITON_INTERPRET"] = wanted
+    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
     return interpret
-
-
-def _imported() -> set[str]:
-    import sys
-
-    return {name.split(".")[0] for name in sys.modules}
 
 
 @dataclass
@@ -66,9 +57,11 @@ class MemoryCount:
 @contextlib.contextmanager
 def count_memory() -> Iterator[MemoryCount]:
     """Count, while the block runs, the bytes that Triton kernels running in the interpreter
-    load and store: the elements each ``tl.load``/``tl.store`` touches (its mask's true
-    elements) times their size. Raises where Triton compiles kernels instead (on a GPU, use
-    a profiler)."""
+    load and store: the elements each ``tl.load``/``tl.store`` requests (its mask's true
+    elements) times their size. An element loaded twice, or broadcast to many lanes, counts
+    each time (on a GPU, caches may serve the repeats); atomic operations are not counted.
+    Raises where Triton compiles kernels instead (on a GPU, use a profiler), and when no
+    kernel ran in the interpreter inside the block."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("count_memory counts kernels run in Triton's interpreter; call "
                            "d2l_ext.kernels.use_interpreter('cpu') before defining them.")
@@ -92,9 +85,20 @@ def count_memory() -> Iterator[MemoryCount]:
     InterpreterBuilder.create_masked_store = counted_store
     try:
         yield count
+    except RuntimeError as error:
+        if "active drivers" in str(error):  # a kernel defined before use_interpreter('cpu')
+            raise RuntimeError("a kernel in this block was compiled for a GPU, not interpreted: "
+                               "kernels keep the mode they were defined in, so call "
+                               "d2l_ext.kernels.use_interpreter('cpu') before defining "
+                               "them") from error
+        raise
     finally:
         InterpreterBuilder.create_masked_load = load
         InterpreterBuilder.create_masked_store = store
+    if count.loads + count.stores == 0:
+        raise RuntimeError("no kernel ran in Triton's interpreter inside the block: launch "
+                           "the kernel inside `with count_memory():`, and define it after "
+                           "d2l_ext.kernels.use_interpreter('cpu')")
 
 
 def matmul_traffic(m: int, n: int, k: int, block_m: int, block_n: int, item: int = 4) -> int:
@@ -109,7 +113,8 @@ def matmul_traffic(m: int, n: int, k: int, block_m: int, block_n: int, item: int
 
 def generated_code(fn: Callable, *args, **kwargs) -> tuple[object, list[str]]:
     """``fn(*args, **kwargs)`` compiled with ``torch.compile`` (in a fresh compilation, so
-    that the code is generated here): its result and the source code Inductor generated."""
+    that the code is generated here): its result and the source code Inductor generated.
+    It resets Dynamo first, which discards every function compiled so far in the process."""
     from torch._inductor.utils import run_and_get_code
 
     torch._dynamo.reset()
@@ -123,3 +128,20 @@ KERNEL_NAME = re.compile(r"^(cpp_fused_\w+|triton_\w+)\s*=\s*async_compile\.", r
 def generated_kernels(code: str) -> list[str]:
     """The names of the kernels in a module that Inductor generated, in order."""
     return KERNEL_NAME.findall(code)
+
+
+def page_faults(fn: Callable[[], object], calls: int = 10) -> float | None:
+    """Minor page faults per call of ``fn`` (after one untimed call): fresh pages of memory
+    that the operating system hands the process, zeroed, when ``fn`` allocates large buffers
+    anew. ``None`` where the platform does not count them (no ``resource`` module)."""
+    if calls < 1:
+        raise ValueError(f"calls must be at least 1, got {calls}")
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    fn()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(calls):
+        fn()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls

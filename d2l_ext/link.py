@@ -271,7 +271,7 @@ def ratio_lesson(measured: Mapping[int, float], model: Mapping[int, float],
            f"{counts_en} processes; the model of separate links says {model_en}",
         zh=f"在模拟链路上，{counts_zh} 个进程时服务器式的耗时{'分别' if len(ks) > 1 else ''}"
            f"是环形的 {listed_zh} 倍；"
-           f"各有链路的模型给出的是 {model_zh}")
+           f"按每个进程各有一条链路的模型，应为 {model_zh}")
     if len(ks) > 1 and grows and miss <= slack:
         tail = message(en=f": the ratio grows with k, within {miss:.0%} of the model",
                        zh=f"，这个比值随 k 增长，与模型相差不超过 {miss:.0%}")

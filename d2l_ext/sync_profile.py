@@ -159,10 +159,11 @@ def step_split(steps: Sequence[trace.Event], syncs: Sequence[trace.Event],
     return dict(costs)
 
 
-def in_order(names: Iterable[str]) -> Text | str:
+def in_order(names: Iterable[str], code: bool = False) -> Text | str:
     """'a, b ×3': the names in order, repeats run together, in the reader's language; '–'
-    for none."""
-    runs = [(name, len(list(group))) for name, group in itertools.groupby(names)]
+    for none. ``code=True`` puts each name in code font for running text: '`a`, `b` ×3'."""
+    runs = [(f"`{name}`" if code else name, len(list(group)))
+            for name, group in itertools.groupby(names)]
     parts = [name if n == 1 else f"{name} ×{n}" for name, n in runs]
     return catalogue.listing(parts) if parts else "–"
 
@@ -189,10 +190,11 @@ def calm_profiles(profiles: Sequence[dict]) -> list[dict]:
 def merged(profiles: Sequence[dict]) -> dict:
     """One version's costs from several profiles of it: each per-step list joined over all
     its profiled steps; ``device`` and ``profiled``, one value per profile, joined the same
-    way (read with :func:`median`); a count as its median; the order as the first profile saw
-    it."""
+    way (read with :func:`median`); a count as its median; the order (``order``, and
+    ``order_code`` for running text) as the first profile saw it."""
     return {key: [v for c in profiles for v in c[key]] if isinstance(value, list)
-            else value if key == "order" else statistics.median(c[key] for c in profiles)
+            else value if key.startswith("order")
+            else statistics.median(c[key] for c in profiles)
             for key, value in profiles[0].items()}
 
 
@@ -468,6 +470,7 @@ def step_costs(path: str) -> dict:
     sync_calls = [e for e in waits if e.name in SYNC_CALLS
                   and any(s.start_us <= e.start_us < s.end_us for s in steps)]
     return {"syncs": len(syncs) / len(steps), "order": in_order(first),
+            "order_code": in_order(first, code=True),
             "sync_calls": len(sync_calls) / len(steps),
             "launches": len(device_work) / len(steps),
             **step_split(steps, syncs, waits, device_work, end_us)}

@@ -208,8 +208,9 @@ def step_costs(events: Sequence[trace.Event], name: str) -> dict:
     waits = waits_in(events, steps)
     engine = [e for e in events if e.track in ("ops", "shapes")
               and e.name != "WaitForVar" and begin <= e.start_us < end]
-    return {"syncs": len(waits) / len(steps), "order": sync_profile.in_order(
-                [e.name for e in waits_in(events, steps[:1])]),
+    first = [e.name for e in waits_in(events, steps[:1])]
+    return {"syncs": len(waits) / len(steps), "order": sync_profile.in_order(first),
+            "order_code": sync_profile.in_order(first, code=True),
             "launches": len(engine) / len(steps),
             **sync_profile.step_split(steps, waits, waits, engine, end)}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import io
+import math
 import sys
 import time
 from collections.abc import Collection, Sequence
@@ -454,14 +455,35 @@ def aligned_left(i: int, left: int | Collection[int]) -> bool:
 
 def signed(value: float, spec: str = "+.1f") -> str:
     """``value`` formatted by ``spec`` (e.g. ``"+.1%"``), a negative one with a true minus
-    sign (U+2212) rather than a hyphen: ``signed(-0.033, "+.1%")`` is ``"−3.3%"``."""
-    return format(value, spec).replace("-", "\u2212")
+    sign (U+2212) rather than a hyphen: ``signed(-0.033, "+.1%")`` is ``"−3.3%"``. A value
+    that rounds to zero carries no sign: ``signed(-0.0004, "+.1%")`` is ``"0.0%"``."""
+    text = format(value, spec)
+    if not any(c in "123456789" for c in text.split("e")[0].split("E")[0]):
+        text = text.lstrip("+-")
+    return text.replace("-", "\u2212")
+
+
+def significant(value: float, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits in fixed point, with thousands separators:
+    ``significant(16)`` is ``"16.0"``, ``significant(1234.5)`` is ``"1,235"`` (a large value
+    keeps all its integer digits), ``significant(0.012345)`` is ``"0.0123"``."""
+    if digits < 1:
+        raise ValueError(f"digits is at least 1, not {digits}")
+    if value == 0 or not math.isfinite(value):
+        return format(value, f".{digits - 1}f")
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = format(value, f",.{decimals}f")
+    if decimals and len(text.lstrip("-").replace(",", "").replace(".", "").lstrip("0")) > digits:
+        text = format(value, f",.{decimals - 1}f")  # 9.996 rounded up to 10.00: one fewer
+    return text
 
 
 def text_table(columns: Sequence[str], rows: Sequence[Sequence], formats: Sequence[str],
                left: int | Collection[int] = 0) -> Table:
     """The rows as a table, each column with its format; the first ``left`` columns (or
-    the columns ``left`` lists) aligned left, the others right. It is the text table (a
+    the columns ``left`` lists) aligned left, the others right. A format is Python's
+    (``",.1f"``) or ``"~3"``: three significant digits, never an exponent (16.0, 20.1, 1,230,
+    0.0123; :func:`significant`). It is the text table (a
     ``str``: widths count a Chinese character as two columns) and, shown with :func:`show`
     in a notebook, an HTML table.
 
@@ -483,10 +505,14 @@ def _cells(columns, rows, formats, lang: str | None) -> tuple[list[str], list[li
     def shown(value, fmt: str = "") -> str:
         if isinstance(value, Text) and lang is not None:
             value = value.zh if lang == "zh" else value.en
-        if isinstance(value, (int, float)) and value == 0 and fmt.endswith(("e", "E")):
-            return "0"  # an exact zero, not 0.0e+00
-        text = format(value, fmt)
-        if isinstance(value, (int, float)) and text.startswith("-"):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return format(value, fmt)
+        if value == 0 and (fmt.endswith(("e", "E", "f", "F")) or fmt.startswith("~")):
+            return "0"  # an exact zero, not 0.00 or 0.0e+00
+        text = significant(value, int(fmt[1:])) if fmt.startswith("~") else format(value, fmt)
+        if not any(c in "123456789" for c in text.split("e")[0].split("E")[0]):
+            text = text.lstrip("+-")  # a value that rounds to zero carries no sign
+        if text.startswith("-"):
             text = "\u2212" + text[1:]  # a true minus sign, as in the prose
         return text
 

@@ -58,8 +58,10 @@ def accuracy(monkeypatch, lang: str, k: int, gap: float, on_gpus: bool) -> dict:
     sizes = dict(num_epochs=10, num_train=None, batch_per_device=256) if on_gpus else dict(
         num_epochs=3, num_train=2_000, batch_per_device=32)
     results = {1: result(0.90, 10.0, ["cuda:0"]), k: result(0.90 - gap, 6.0, ["cuda:0"] * k)}
+    tab, _ = run(cell("multi-gpu-concise", "label-one-process", "torch"), lang, monkeypatch, k=k)
+    labels = tab["labels"]  # the PyTorch tab's
     names, _ = run(cell("multi-gpu-concise", "within = acc_gap <= 0.02"), lang, monkeypatch,
-                   results=results, k=k, on_gpus=on_gpus, **sizes)
+                   results=results, k=k, on_gpus=on_gpus, labels=labels, **sizes)
     return names
 
 
@@ -101,11 +103,13 @@ def test_the_accuracy_sentence_on_more_gpus_names_the_fewer_updates(monkeypatch,
 def test_the_speed_up_is_read_against_the_epochs_ranges(monkeypatch, lang):
     """Two timed epochs per run: a speed-up outside the ranges is faster or slower, one
     inside them is about as fast; with one timed epoch there is no range to judge by."""
-    def speed(one, many, **tab):
+    def speed(one, many, framework="mxnet"):
         results = {1: one, 2: many}
+        marker = {"torch": "label-one-process", "mxnet": "label-one-device"}[framework]
+        tab, _ = run(cell("multi-gpu-concise", marker, framework), lang, monkeypatch, k=2)
         names, _ = run(cell("multi-gpu-concise", "within = acc_gap <= 0.02"), lang, monkeypatch,
                        results=results, k=2, on_gpus=True, num_epochs=10, num_train=None,
-                       batch_per_device=256, **tab)
+                       batch_per_device=256, labels=tab["labels"])
         return names["speed"]
 
     slower = speed(result(0.9, 10.0, ["cuda:0"], 0.5), result(0.9, 12.0, ["cuda:0"] * 2, 0.5))
@@ -117,7 +121,7 @@ def test_the_speed_up_is_read_against_the_epochs_ranges(monkeypatch, lang):
     assert ("9.0–11.0" in same) and ("9.2–11.2" in same)
     # the PyTorch tab, where each device has its process, names processes
     processes = speed(result(0.9, 10.0, ["cuda:0"], 1.0), result(0.9, 10.2, ["cuda:0"] * 2, 1.0),
-                      torchrun=None)
+                      "torch")
     assert ("with 1 process, 9.2–11.2 s with 2 processes), so 2 processes were about as "
             "fast as 1 process" if lang == "en" else
             "1 个进程用了 9.0–11.0 秒，2 个进程用了 9.2–11.2 秒），"

@@ -348,7 +348,7 @@ def test_scaling_table_shows_units_and_speaks_the_readers_language(monkeypatch):
     lines = comm.scaling_table(rows).splitlines()
     assert len(lines) == 3 and lines[0].split()[0] == "k"
     assert "all-reduce (ms)" in lines[0] and "weak, no overlap" in lines[0]
-    assert lines[1].split() == ["8", "370", "4.7", "122.9", "0.0", "100%", "100%", "96%"]
+    assert lines[1].split() == ["8", "370", "4.7", "122.9", "0", "100%", "100%", "96%"]
     assert lines[2].split() == ["32", "50", "38.8", "30.7", "18.3", "63%", "100%", "76%"]
     assert len({len(line) for line in lines}) == 1  # right-aligned columns, one width
     monkeypatch.setenv("D2L_LANG", "zh")

@@ -1180,16 +1180,45 @@ def test_transformers_kernels_exercise_1_the_bytes_of_a_tiled_product():
 
 
 def test_transformers_kernels_exercise_2_the_bytes_of_a_composed_softmax():
-    """32rc + 24r = 16,396,288 bytes for r = 512, c = 1000, as the page's count gives."""
+    """32rc + 24r = 134,242,304 bytes for r = 1024, c = 4096, as the page's count gives."""
     cell = check_cell("transformers-kernels", "exercise 2")
-    assert run(cell, "composed_bytes = 16_396_288").startswith("Correct")
-    assert run(cell, "composed_bytes = 32 * 512 * 1000 + 24 * 512", "zh").startswith("正确")
-    assert "int64 index" in run(cell, "composed_bytes = 32 * 512 * 1000 + 16 * 512")
-    assert "per-row numbers" in run(cell, "composed_bytes = 32 * 512 * 1000")
-    for wrong in (8 * 512 * 1000, 20 * 512 * 1000):  # the fused kernel's; reads only
+    r, c = 1024, 4096
+    assert run(cell, "composed_bytes = 134_242_304").startswith("Correct")
+    assert run(cell, f"composed_bytes = 32 * {r} * {c} + 24 * {r}", "zh").startswith("正确")
+    assert "int64 index" in run(cell, f"composed_bytes = 32 * {r} * {c} + 16 * {r}")
+    assert "per-row numbers" in run(cell, f"composed_bytes = 32 * {r} * {c}")
+    for wrong in (8 * r * c, 20 * r * c, 32 * 512 * 1000 + 24 * 512):  # fused; reads; old size
         out = run(cell, f"composed_bytes = {wrong}")
-        assert out.startswith("Not quite") and "16,396,288" not in out
+        assert out.startswith("Not quite") and "134,242,304" not in out
     assert run(cell, "composed_bytes = None", "zh").startswith("练习 2")
+
+
+def test_transformers_precision_exercise_1_the_smallest_update_of_a_bfloat16_one():
+    """2^-7: 1 + 2^-8 is a tie and rounds to the even neighbour, 1."""
+    cell = check_cell("transformers-precision", "exercise 1")
+    assert run(cell, "smallest_update = 2**-7").startswith("Correct")
+    assert run(cell, "smallest_update = 0.0078125", "zh").startswith("正确")
+    assert "halfway" in run(cell, "smallest_update = 2**-8")
+    assert "float16" in run(cell, "smallest_update = 2**-10")
+    for wrong in (1e-3, 2**-6):
+        out = run(cell, f"smallest_update = {wrong}")
+        assert out.startswith("Not quite") and "0.0078125" not in out
+    assert run(cell, "smallest_update = None").startswith("Exercise 1")
+
+
+def test_transformers_precision_exercise_2_an_e4m3_scale_and_its_power_of_two():
+    """448 / 3 for the scale, 128 for the largest power of 2 that keeps 3 within 448."""
+    cell = check_cell("transformers-precision", "exercise 2")
+    assert run(cell, "e4m3_scale, e4m3_power_of_two = 448 / 3, 128").startswith("Correct")
+    assert run(cell, "e4m3_scale, e4m3_power_of_two = 149.33, 2**7", "zh").startswith("正确")
+    assert run(cell, "e4m3_scale, e4m3_power_of_two = 149.3, 128").startswith("Correct")
+    assert "768" in run(cell, "e4m3_scale, e4m3_power_of_two = 448 / 3, 256")
+    assert "exponent" in run(cell, "e4m3_scale, e4m3_power_of_two = 448 / 3, 7")
+    assert "power of 2" in run(cell, "e4m3_scale, e4m3_power_of_two = 448 / 3, 100")
+    assert "E5M2" in run(cell, "e4m3_scale, e4m3_power_of_two = 57344 / 3, 16384")
+    out = run(cell, "e4m3_scale, e4m3_power_of_two = 3 / 448, 128")
+    assert out.startswith("Not quite") and "149.3" not in out
+    assert run(cell, "e4m3_scale, e4m3_power_of_two = None, 128").startswith("Exercise 2")
 
 
 # ------------------------------------------------------------ the checks in d2l_ext.exercises

@@ -242,10 +242,10 @@ def test_a_warm_up_faster_than_the_steady_steps_gives_a_negative_one_off(scripte
     """The machine sped up between the warm-up and the rounds: the one-off is negative, not
     hidden behind a zero."""
     monkeypatch.setattr(ladder, "_warm_up",
-                        lambda runner, device: (runner.spec["step"] * 3 - 0.03, 3))
-    a, = scripted([("a", "systems", dict(step=0.02))])
-    assert a.one_off == pytest.approx(-0.03)
-    assert "\u22120.0" in str(ladder.table([a]))
+                        lambda runner, device: (runner.spec["step"] * 3 - 0.3, 3))
+    a, = scripted([("a", "systems", dict(step=0.2))])
+    assert a.one_off == pytest.approx(-0.3)
+    assert "\u22120.3" in str(ladder.table([a]))
 
 
 def test_a_rung_that_fails_is_reported_and_the_next_compares_with_the_last_measured(scripted):

@@ -626,13 +626,29 @@ def test_kernels_page_shows_triton_under_pytorch_and_fusion_under_mxnet(page, la
     oneDNN's fused graph and no Triton."""
     page.locator(".book-bar .fw-tab[data-fw=torch]").click()
     softmax = page.locator(".tag_torch", has_text="def softmax_kernel(out_ptr, in_ptr")
-    fusion = page.locator(".tag_mxnet", has_text='fused.optimize_for(x, backend="MKLDNN")')
+    fusion = page.locator(".tag_mxnet", has_text='fused.optimize_for(x, backend="MKLDNN",')
     assert softmax.is_visible() and not fusion.is_visible()
     assert {"en": "fused kernel (Triton)", "zh": "融合核函数（Triton）"}[lang] in \
         _with_next(softmax)
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert fusion.is_visible() and not softmax.is_visible()
     assert "_sg_mkldnn_fully_connected" in _with_next(fusion)
+    assert page.errors == []
+
+
+@page_check("transformers-precision")
+def test_precision_page_shows_fp8_under_pytorch_and_amp_cast_under_mxnet(page, lang):
+    """The PyTorch tab measures FP8 scaling and the FP8 product; the MXNet tab measures
+    float16 and bfloat16 through amp_cast, with no FP8; the formats table is in the page's
+    language."""
+    page.locator(".book-bar .fw-tab[data-fw=torch]").click()
+    fp8 = page.locator(".tag_torch", has_text="precision.fp8_matmul(a, b, torch.float8_e4m3fn")
+    amp_cast = page.locator(".tag_mxnet", has_text="mx.nd.amp_cast(mx.nd.amp_cast(values")
+    assert fp8.is_visible() and not amp_cast.is_visible()
+    assert "torch._scaled_mm" in _with_next(fp8)
+    page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
+    assert amp_cast.is_visible() and not fp8.is_visible()
+    assert {"en": "smallest subnormal", "zh": "最小非规格化数"}[lang] in page.content()
     assert page.errors == []
 
 

@@ -133,3 +133,11 @@ def test_signed_writes_a_true_minus_sign():
     assert tuning_setup.signed(5.21, "+.1f") == "+5.2"
     assert tuning_setup.signed(-5.2) == "\u22125.2"
     assert tuning_setup.signed(12.0, ".3g") == "12"
+
+
+def test_signed_drops_the_sign_of_a_value_that_prints_as_zero():
+    assert tuning_setup.signed(-0.0004, "+.0%") == "0%"
+    assert tuning_setup.signed(0.0, "+.3f") == "0.000"
+    assert tuning_setup.signed(-0.0, "+.1f") == "0.0"
+    assert tuning_setup.signed(-0.006, "+.2f") == "\u22120.01"
+    assert tuning_setup.signed(3e-9, "+.1e") == "+3.0e\u221209"

@@ -516,10 +516,23 @@ def test_negative_numbers_carry_a_true_minus_sign_in_tables_and_sentences():
 
 
 def test_an_exact_zero_in_an_exponent_column_is_written_0():
-    """0.0e+00 reads as a rounded value; an exact zero prints 0, a tiny one keeps its exponent,
-    and a zero in a fixed-point column keeps its format."""
+    """0.0e+00 and 0.00 read as rounded values; an exact zero prints 0, a tiny one keeps its
+    format (without a sign), and the others keep theirs."""
     from d2l_ext.utils import text_table
 
-    table = text_table(["a", "b"], [[0.0, 0.0], [0, 1e-300], [-0.0, 3.0]], [".1e", ".2f"])
-    assert table.cells == (("0", "0.00"), ("0", "0.00"), ("0", "3.00"))
+    table = text_table(["a", "b"], [[0.0, 0.0], [0, 1e-300], [-0.0, -1e-300], [1.0, 3.0]],
+                       [".1e", ".2f"])
+    assert table.cells == (("0", "0"), ("0", "0.00"), ("0", "0.00"), ("1.0e+00", "3.00"))
     assert text_table(["a"], [[1e-300]], [".1e"]).cells == (("1.0e-300",),)
+
+
+def test_significant_keeps_three_digits_without_an_exponent():
+    from d2l_ext.utils import significant, text_table
+
+    assert [significant(v) for v in (16, 20.1, 1234.5, 0.012345, 9.996, 0.9996, 123456.7)] == \
+        ["16.0", "20.1", "1,234", "0.0123", "10.0", "1.00", "123,457"]
+    assert significant(5.0, 1) == "5"
+    with pytest.raises(ValueError, match="at least 1"):
+        significant(1.0, 0)
+    table = text_table(["a"], [[16], [0.0], [-0.0001], [-2.5]], ["~3"])
+    assert table.cells == (("16.0",), ("0",), ("\u22120.000100",), ("\u22122.50",))
