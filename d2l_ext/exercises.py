@@ -905,6 +905,8 @@ def _transformers_precision_1(smallest_update: Any, run: dict) -> Text:
                        "neighbour, 1.",
                        "2⁻⁷ = 0.0078125：bfloat16 有 7 位尾数，1 之上的下一个数是 1 + 2⁻⁷；"
                        "1 + 2⁻⁸ 正好在中点，取偶，舍入回 1。")
+    if near(smallest_update, 2.0 ** -7, 1e-4):
+        return close("give it exactly: 2⁻⁷ = 0.0078125.", "请给出精确值：2⁻⁷ = 0.0078125。")
     if near(smallest_update, 2.0 ** -8, 1e-12):
         return close("1 + 2⁻⁸ lies exactly halfway between 1 and the next number, and a tie "
                      "rounds to the neighbour whose last bit is 0.",
@@ -934,6 +936,8 @@ def _transformers_precision_2(answer: Any, run: dict) -> Text:
     if exact_ok:
         return close("the scale is right; now the largest power of 2 not above it.",
                      "缩放系数对了；再找不超过它的最大的 2 的幂。")
+    if near(scale, 448 / 3, 0.5):
+        return close("448 / 3 = 149.33…: keep the fraction.", "448 / 3 = 149.33…：保留小数部分。")
     if near(scale, 57344 / 3, 1):
         return close("57,344 is E5M2's largest number; E4M3's is 448.",
                      "57,344 是 E5M2 的最大值；E4M3 的是 448。")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from d2l_ext.i18n import Text, capture_dir, message
-from d2l_ext.utils import show, text_table
+from d2l_ext.utils import formatted, show, text_table
 
 #: Where the records live, one JSON file per chapter.
 RECORDS = Path(__file__).resolve().parent / "data" / "gpu_runs"
@@ -47,7 +47,7 @@ class Figure:
     format: str = ""
 
     def shown(self) -> str:
-        return format(self.value, self.format)
+        return formatted(self.value, self.format)
 
 
 @dataclass(frozen=True)

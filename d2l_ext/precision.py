@@ -114,7 +114,10 @@ def power_of_two_scale(amax: float, dtype, margin: int = 1) -> float:
     if not amax > 0 or not math.isfinite(amax):
         raise ValueError(f"amax must be positive and finite, got {amax}")
     top = _torch().finfo(dtype).max / 2.0 ** margin
-    return 2.0 ** math.floor(math.log2(top / amax))
+    power = math.floor(math.log2(top) - math.log2(amax))
+    if power > 1023:
+        raise ValueError(f"amax {amax} is too small for a float64 power-of-2 scale")
+    return 2.0 ** power
 
 
 def amax(x, how: Scaling = "tensor"):
@@ -138,7 +141,8 @@ def scale_for(largest, dtype):
     torch = _torch()
     largest = torch.as_tensor(largest, dtype=torch.float32)
     top = torch.finfo(dtype).max
-    return torch.where(largest > 0, top / largest, torch.ones_like(largest))
+    scale = torch.where(largest > 0, top / largest, torch.ones_like(largest))
+    return scale.clamp(max=torch.finfo(torch.float32).max)  # a tiny largest: no infinite scale
 
 
 def quantize(x, dtype, how: Scaling = "tensor", scale=None):
@@ -198,7 +202,8 @@ class DelayedScaling:
 
 def overflowed(x, scale, dtype) -> float:
     """The share of ``x``'s elements whose magnitude times ``scale`` exceeds ``dtype``'s
-    largest number: those that saturate (E4M3) or become infinite (E5M2)."""
+    largest number: E4M3 clamps them to it; E5M2 rounds those below its rounding midpoint
+    (61,440) to it and turns the rest into infinity."""
     torch = _torch()
     return float(((x.float().abs() * torch.as_tensor(scale)) > torch.finfo(dtype).max)
                  .double().mean())
@@ -213,6 +218,9 @@ def fp8_matmul(a, b, dtype=None, how: Scaling = "tensor") -> tuple[Any, str]:
     else ``"emulated: <why>"`` (the FP8 values, dequantized, multiplied in float32)."""
     torch = _torch()
     dtype = dtype or torch.float8_e4m3fn
+    if not dtype.is_floating_point or torch.empty((), dtype=dtype).element_size() != 1:
+        raise ValueError(f"fp8_matmul takes an FP8 dtype (torch.float8_e4m3fn, "
+                         f"torch.float8_e5m2), not {dtype}")
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"a and b must be 2-D matrices; got {a.dim()}-D and {b.dim()}-D")
     if a.shape[1] != b.shape[0]:

@@ -500,21 +500,29 @@ def text_table(columns: Sequence[str], rows: Sequence[Sequence], formats: Sequen
     return Table(_text_table(heads, cells, left), heads, cells, left)
 
 
+def formatted(value: Any, fmt: str = "") -> str:
+    """``value`` as a table cell or a figure prints it: ``format(value, fmt)``, or three
+    significant digits for ``fmt="~3"``; an exact zero as "0" in a fixed-point, exponent or
+    significant-digit format, a value that rounds to zero without a sign, and a true minus
+    sign (U+2212) rather than a hyphen."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return format(value, fmt)
+    if value == 0 and (fmt.endswith(("e", "E", "f", "F")) or fmt.startswith("~")):
+        return "0"  # an exact zero, not 0.00 or 0.0e+00
+    text = significant(value, int(fmt[1:])) if fmt.startswith("~") else format(value, fmt)
+    if not any(c in "123456789" for c in text.split("e")[0].split("E")[0]):
+        text = text.lstrip("+-")  # a value that rounds to zero carries no sign
+    if text.startswith("-"):
+        text = "\u2212" + text[1:]  # a true minus sign, as in the prose
+    return text
+
+
 def _cells(columns, rows, formats, lang: str | None) -> tuple[list[str], list[list[str]]]:
     """The headers and the formatted cells, in ``lang`` (None: the reader's language)."""
     def shown(value, fmt: str = "") -> str:
         if isinstance(value, Text) and lang is not None:
             value = value.zh if lang == "zh" else value.en
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            return format(value, fmt)
-        if value == 0 and (fmt.endswith(("e", "E", "f", "F")) or fmt.startswith("~")):
-            return "0"  # an exact zero, not 0.00 or 0.0e+00
-        text = significant(value, int(fmt[1:])) if fmt.startswith("~") else format(value, fmt)
-        if not any(c in "123456789" for c in text.split("e")[0].split("E")[0]):
-            text = text.lstrip("+-")  # a value that rounds to zero carries no sign
-        if text.startswith("-"):
-            text = "\u2212" + text[1:]  # a true minus sign, as in the prose
-        return text
+        return formatted(value, fmt)
 
     return ([shown(c) for c in columns],
             [[shown(v, f) for v, f in zip(row, formats)] for row in rows])

@@ -16,7 +16,7 @@ from pipeline import config, notebooks, runinfo, site, sources, toc  # noqa: E40
 from pipeline.config import BookError  # noqa: E402
 
 from d2l_ext import catalogue  # noqa: E402
-from d2l_ext.utils import show  # noqa: E402
+from d2l_ext.utils import formatted, show  # noqa: E402
 
 CHAPTERS = sources.chapter_names()
 
@@ -678,6 +678,7 @@ def test_the_sync_pages_cost_model_splits_a_step_at_its_first_and_last_sync():
                                    listing=catalogue.listing)}
     names |= {name: getattr(sync_profile, name) for name in
               ("step_split", "in_order", "mean", "merged", "median")}
+    names["formatted"] = formatted
     exec(_sync_page_code(None, "def with_range", "\n\n\nfor note in"), names)
     exec(_sync_page_code(None, "def predicted_ms", "\n\n\nmodel = ", MEASURING), names)
     E = trace.Event
@@ -700,6 +701,7 @@ def test_the_sync_pages_cost_model_splits_a_step_at_its_first_and_last_sync():
     assert two["device"] == pytest.approx([0.079 / 2]) and two["profiled"] == [0.075]
     assert names["with_range"]([1.0, 2.0, 3.0]) == "2.00 (1.00–3.00)"
     assert names["with_range"]([0.5]) == "0.50"
+    assert names["with_range"]([0.0, 0.0]) == names["with_range"]([0.0]) == "0"  # exact zeros
     assert names["with_range"]([1.0, 2.0, 3.0]).zh == "2.00（1.00–3.00）"
     assert names["in_order"](["a", "b", "b", "b", "a"]) == "a, b ×3, a"
     assert names["in_order"](["a", "b", "b", "b", "a"]).zh == "a、b ×3、a"
@@ -745,7 +747,8 @@ def _sync_page_gpu_state(on_gpu):
             "fix_speedup": 29.65 / 25.15, "t_host": Timing((0.00645,)),
             "log_timings": {1: Timing((0.02565,)), 4: Timing((0.02531,))},
             "debug_counts": dict(zip(costs, (6, 4, 3, 0))) if on_gpu else None,
-            "mean": statistics.fmean, "text_table": text_table, "sync_profile": sync_profile,
+            "mean": statistics.fmean, "text_table": text_table, "formatted": formatted,
+            "sync_profile": sync_profile,
             "LOSS": i18n.message(en="loss", zh="损失函数"),
             "ms": lambda timing: timing.text("ms"),
             "d2l": SimpleNamespace(message=i18n.message, label=i18n.label, gpu_runs=gpu_runs,

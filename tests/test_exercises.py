@@ -374,6 +374,36 @@ def test_the_fused_rung_agrees_when_the_prediction_s_range_overlaps_the_rung_s()
     assert "The two agree" in names["fused_check_says"].en
 
 
+def test_the_fused_rung_is_too_wide_to_test_when_its_range_holds_1():
+    """A rung whose range overlaps the prediction's but also holds 1 cannot tell the update's
+    cost from no change, even when the prediction reaches past the rung's top."""
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from d2l_ext import ladder
+    from d2l_ext.i18n import Text
+    from d2l_ext.utils import Timing
+
+    def result(en, seconds, verdict="", ratios=()):
+        return ladder.RungResult(Text(en, en + "（中）"), "systems", {"batch_size": 8}, 10, 1e6,
+                                 1e9, step_seconds=list(seconds), verdict=verdict,
+                                 ratios=list(ratios), one_off=0.0)
+
+    ratios = [0.89, 1.04, 1.05]
+    results = [result("d2l's loop", [0.2] * 3), result("+ bf16 autocast", [0.1] * 3),
+               result("+ fused SGD", [0.1 * r for r in ratios], ladder.NO_GAIN, ratios)]
+    ladder_update = {"loop": Timing((0.0028, 0.0029, 0.003)),
+                     "fused": Timing((0.0075, 0.0076, 0.0088))}
+    _, names = ladder_cell("measured = [r for r in results if not r.error", "en",
+                           results=results, ladder=ladder, device=SimpleNamespace(type="cpu"),
+                           false_alarm=0.0625, on_gpu=False, ladder_update=ladder_update,
+                           is_mfu=True, default_update="loop",
+                           ladder_peak_says=message(en="the peak", zh="峰值"))
+    assert names["pred_high"] > 1.05  # the prediction reaches past the rung's top
+    says = names["fused_check_says"].en
+    assert "too wide to test the prediction" in says and "excludes 1" not in says
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
 @pytest.mark.parametrize("debiased", [0.93, 0.4])
 def test_the_race_to_the_target_says_who_reached_it(lang, debiased):
@@ -1200,6 +1230,7 @@ def test_transformers_precision_exercise_1_the_smallest_update_of_a_bfloat16_one
     assert run(cell, "smallest_update = 0.0078125", "zh").startswith("正确")
     assert "halfway" in run(cell, "smallest_update = 2**-8")
     assert "float16" in run(cell, "smallest_update = 2**-10")
+    assert "exactly" in run(cell, "smallest_update = 0.0078")
     for wrong in (1e-3, 2**-6):
         out = run(cell, f"smallest_update = {wrong}")
         assert out.startswith("Not quite") and "0.0078125" not in out
@@ -1214,6 +1245,7 @@ def test_transformers_precision_exercise_2_an_e4m3_scale_and_its_power_of_two():
     assert run(cell, "e4m3_scale, e4m3_power_of_two = 149.3, 128").startswith("Correct")
     assert "768" in run(cell, "e4m3_scale, e4m3_power_of_two = 448 / 3, 256")
     assert "exponent" in run(cell, "e4m3_scale, e4m3_power_of_two = 448 / 3, 7")
+    assert "keep the fraction" in run(cell, "e4m3_scale, e4m3_power_of_two = 149, 128")
     assert "power of 2" in run(cell, "e4m3_scale, e4m3_power_of_two = 448 / 3, 100")
     assert "E5M2" in run(cell, "e4m3_scale, e4m3_power_of_two = 57344 / 3, 16384")
     out = run(cell, "e4m3_scale, e4m3_power_of_two = 3 / 448, 128")

@@ -188,3 +188,13 @@ def test_the_format_facts_need_no_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert float(done.stdout) == pytest.approx(3.3895313892515355e38)
+
+
+def test_a_tiny_largest_value_gets_a_finite_scale_and_a_non_fp8_dtype_is_refused():
+    scale = precision.scale_for(torch.tensor([1e-40, 0.0]), torch.float8_e4m3fn)
+    assert torch.isfinite(scale).all() and scale[1].item() == 1.0
+    with pytest.raises(ValueError, match="too small"):
+        precision.power_of_two_scale(5e-324, torch.float16)
+    for dtype in (torch.float16, torch.int8):
+        with pytest.raises(ValueError, match="FP8 dtype"):
+            precision.fp8_matmul(torch.ones(2, 2), torch.ones(2, 2), dtype)

@@ -651,7 +651,9 @@ def test_the_pages_mxnet_gaps_explain_the_miss_of_the_version_that_never_waits(e
     else:
         assert "the engine waited for the Python thread" in note.en
         assert "misses by" not in note.en
-    assert "so it does not explain the model's misses here" in names["contention"].en
+    # the timed loops' 5 ms of CPU time per step against 2.55 ms for one step: they disagree
+    assert "cannot tell contention for the cores from noise" in names["contention"].en
+    assert "no contention" not in names["contention_answer"].en
 
 
 def test_the_pages_profiler_rule_says_nothing_when_it_would_fire_by_chance(capsys):
