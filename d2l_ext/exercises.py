@@ -916,7 +916,7 @@ def _transformers_precision_1(smallest_update: Any, run: dict) -> Text:
                      "这是 float16 的间距（10 位尾数）；bfloat16 只有 7 位。")
     return not_quite("count bfloat16's mantissa bits: the step just above 1 is 2 to the minus "
                      "that many, and rounding to nearest needs more than half a step.",
-                     "数一数 bfloat16 的尾数位数：1 之上的间距是 2 的负这么多次方；舍入到最近，"
+                     "数一数 bfloat16 的尾数位数：1 之上的间距是 2 的负这么多次方；就近舍入时，"
                      "要超过半个间距才会向上舍入。")
 
 

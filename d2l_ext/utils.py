@@ -457,10 +457,14 @@ def signed(value: float, spec: str = "+.1f") -> str:
     """``value`` formatted by ``spec`` (e.g. ``"+.1%"``), a negative one with a true minus
     sign (U+2212) rather than a hyphen: ``signed(-0.033, "+.1%")`` is ``"−3.3%"``. A value
     that rounds to zero carries no sign: ``signed(-0.0004, "+.1%")`` is ``"0.0%"``."""
-    text = format(value, spec)
+    return _unsigned_zero(format(value, spec)).replace("-", "\u2212")
+
+
+def _unsigned_zero(text: str) -> str:
+    """A formatted number without its sign when every digit it prints is 0 ("−0.0" → "0.0")."""
     if not any(c in "123456789" for c in text.split("e")[0].split("E")[0]):
-        text = text.lstrip("+-")
-    return text.replace("-", "\u2212")
+        return text.lstrip("+-")
+    return text
 
 
 def significant(value: float, digits: int = 3) -> str:
@@ -509,9 +513,8 @@ def formatted(value: Any, fmt: str = "") -> str:
         return format(value, fmt)
     if value == 0 and (fmt.endswith(("e", "E", "f", "F")) or fmt.startswith("~")):
         return "0"  # an exact zero, not 0.00 or 0.0e+00
-    text = significant(value, int(fmt[1:])) if fmt.startswith("~") else format(value, fmt)
-    if not any(c in "123456789" for c in text.split("e")[0].split("E")[0]):
-        text = text.lstrip("+-")  # a value that rounds to zero carries no sign
+    text = _unsigned_zero(significant(value, int(fmt[1:])) if fmt.startswith("~")
+                          else format(value, fmt))
     if text.startswith("-"):
         text = "\u2212" + text[1:]  # a true minus sign, as in the prose
     return text

@@ -309,12 +309,10 @@ def test_the_ladder_summary_follows_the_rounds(device_type, lang):
     assert names["expected_false"] == 0 and names["fused_check_says"].en == ""  # no ratios
 
 
-@pytest.mark.parametrize("ratios, agrees", [([0.99, 0.995, 0.985], True),
-                                            ([1.03, 1.05, 1.09], False)])
-def test_the_fused_rung_is_checked_against_the_update_timed_alone(ratios, agrees):
-    """The ladder's "+ fused SGD" rung against the saving that the update, timed alone, predicts
-    (for-loop on a CPU): a slowdown in every round is more than the update accounts for."""
-    pytest.importorskip("torch")
+def _fused_check(ratios, verdict, loop, fused) -> dict:
+    """The ladder cell's names for a run whose "+ fused SGD" rung took ``ratios`` of the rung
+    before it (100 ms per step), with the plain and fused updates timed alone at ``loop``
+    and ``fused`` seconds (each a tuple of rounds)."""
     from types import SimpleNamespace
 
     from d2l_ext import ladder
@@ -326,16 +324,27 @@ def test_the_fused_rung_is_checked_against_the_update_timed_alone(ratios, agrees
                                  1e9, step_seconds=list(seconds), verdict=verdict,
                                  ratios=list(ratios), one_off=0.0)
 
-    verdict = ladder.NO_GAIN if agrees else ladder.SLOWER
     results = [result("d2l's loop", [0.2] * 3), result("+ bf16 autocast", [0.1] * 3),
                result("+ fused SGD", [0.1 * r for r in ratios], verdict, ratios)]
-    ladder_update = {"loop": Timing((0.002,)), "fused": Timing((0.001,))}
-    marker = "measured = [r for r in results if not r.error"
-    _, names = ladder_cell(marker, "en", results=results, ladder=ladder,
-                           device=SimpleNamespace(type="cpu"), false_alarm=0.0625,
-                           on_gpu=False, ladder_update=ladder_update, is_mfu=True,
+    _, names = ladder_cell("measured = [r for r in results if not r.error", "en",
+                           results=results, ladder=ladder, device=SimpleNamespace(type="cpu"),
+                           false_alarm=0.0625, on_gpu=False, is_mfu=True,
+                           ladder_update={"loop": Timing(loop), "fused": Timing(fused)},
                            default_update="loop",
                            ladder_peak_says=message(en="the peak", zh="峰值"))
+    return names
+
+
+@pytest.mark.parametrize("ratios, agrees", [([0.99, 0.995, 0.985], True),
+                                            ([1.03, 1.05, 1.09], False)])
+def test_the_fused_rung_is_checked_against_the_update_timed_alone(ratios, agrees):
+    """The ladder's "+ fused SGD" rung against the saving that the update, timed alone, predicts
+    (for-loop on a CPU): a slowdown in every round is more than the update accounts for."""
+    pytest.importorskip("torch")
+    from d2l_ext import ladder
+
+    names = _fused_check(ratios, ladder.NO_GAIN if agrees else ladder.SLOWER,
+                         (0.002,), (0.001,))
     assert names["predicted"] == pytest.approx(0.99)  # 1 ms saved of a 100 ms step
     assert names["expected_false"] == pytest.approx(0.0625)  # one rung with ratios
     says = names["fused_check_says"].en
@@ -344,32 +353,17 @@ def test_the_fused_rung_is_checked_against_the_update_timed_alone(ratios, agrees
     assert ("an effect of the switch elsewhere in the step" in says) != agrees
 
 
+# fused: 4.7 ms more per update at the medians (×1.047), up to 6 ms more (×1.06)
+SLOWER_LOOP, SLOWER_FUSED = (0.0028, 0.0029, 0.003), (0.0075, 0.0076, 0.0088)
+
+
 def test_the_fused_rung_agrees_when_the_prediction_s_range_overlaps_the_rung_s():
     """The prediction has a range of its own, from the two updates' timings: a rung whose
     range overlaps it agrees, even when the point prediction falls just outside."""
     pytest.importorskip("torch")
-    from types import SimpleNamespace
-
     from d2l_ext import ladder
-    from d2l_ext.i18n import Text
-    from d2l_ext.utils import Timing
 
-    def result(en, seconds, verdict="", ratios=()):
-        return ladder.RungResult(Text(en, en + "（中）"), "systems", {"batch_size": 8}, 10, 1e6,
-                                 1e9, step_seconds=list(seconds), verdict=verdict,
-                                 ratios=list(ratios), one_off=0.0)
-
-    ratios = [1.05, 1.07, 1.28]
-    results = [result("d2l's loop", [0.2] * 3), result("+ bf16 autocast", [0.1] * 3),
-               result("+ fused SGD", [0.1 * r for r in ratios], ladder.SLOWER, ratios)]
-    # fused: 4.7 ms more per update at the medians (×1.047), up to 6 ms more (×1.06)
-    ladder_update = {"loop": Timing((0.0028, 0.0029, 0.003)),
-                     "fused": Timing((0.0075, 0.0076, 0.0088))}
-    _, names = ladder_cell("measured = [r for r in results if not r.error", "en",
-                           results=results, ladder=ladder, device=SimpleNamespace(type="cpu"),
-                           false_alarm=0.0625, on_gpu=False, ladder_update=ladder_update,
-                           is_mfu=True, default_update="loop",
-                           ladder_peak_says=message(en="the peak", zh="峰值"))
+    names = _fused_check([1.05, 1.07, 1.28], ladder.SLOWER, SLOWER_LOOP, SLOWER_FUSED)
     assert names["predicted"] < 1.05 <= names["pred_high"]
     assert "The two agree" in names["fused_check_says"].en
 
@@ -378,27 +372,9 @@ def test_the_fused_rung_is_too_wide_to_test_when_its_range_holds_1():
     """A rung whose range overlaps the prediction's but also holds 1 cannot tell the update's
     cost from no change, even when the prediction reaches past the rung's top."""
     pytest.importorskip("torch")
-    from types import SimpleNamespace
-
     from d2l_ext import ladder
-    from d2l_ext.i18n import Text
-    from d2l_ext.utils import Timing
 
-    def result(en, seconds, verdict="", ratios=()):
-        return ladder.RungResult(Text(en, en + "（中）"), "systems", {"batch_size": 8}, 10, 1e6,
-                                 1e9, step_seconds=list(seconds), verdict=verdict,
-                                 ratios=list(ratios), one_off=0.0)
-
-    ratios = [0.89, 1.04, 1.05]
-    results = [result("d2l's loop", [0.2] * 3), result("+ bf16 autocast", [0.1] * 3),
-               result("+ fused SGD", [0.1 * r for r in ratios], ladder.NO_GAIN, ratios)]
-    ladder_update = {"loop": Timing((0.0028, 0.0029, 0.003)),
-                     "fused": Timing((0.0075, 0.0076, 0.0088))}
-    _, names = ladder_cell("measured = [r for r in results if not r.error", "en",
-                           results=results, ladder=ladder, device=SimpleNamespace(type="cpu"),
-                           false_alarm=0.0625, on_gpu=False, ladder_update=ladder_update,
-                           is_mfu=True, default_update="loop",
-                           ladder_peak_says=message(en="the peak", zh="峰值"))
+    names = _fused_check([0.89, 1.04, 1.05], ladder.NO_GAIN, SLOWER_LOOP, SLOWER_FUSED)
     assert names["pred_high"] > 1.05  # the prediction reaches past the rung's top
     says = names["fused_check_says"].en
     assert "too wide to test the prediction" in says and "excludes 1" not in says
