@@ -1,0 +1,139 @@
+"""Collectives that count what they are handed, for the pages that split a model.
+
+Each function runs one ``torch.distributed`` operation and, inside :func:`counting`,
+records its kind, the call and the bytes of the tensor this process handed in (for a
+send, the bytes sent; for an all-to-all, the bytes it sends to the others). A page checks
+those counts against its formula; what a ring algorithm then puts on the wire is
+:func:`ring_bytes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class Traffic:
+    """Per kind of collective: the calls and the bytes of payload."""
+    calls: dict[str, int] = field(default_factory=dict)
+    payload: dict[str, int] = field(default_factory=dict)
+
+    def record(self, kind: str, nbytes: int) -> None:
+        self.calls[kind] = self.calls.get(kind, 0) + 1
+        self.payload[kind] = self.payload.get(kind, 0) + nbytes
+
+
+_counters: list[Traffic] = []
+
+
+@contextlib.contextmanager
+def counting() -> Iterator[Traffic]:
+    """Count the collectives this module runs inside the block (nested blocks count too)."""
+    traffic = Traffic()
+    _counters.append(traffic)
+    try:
+        yield traffic
+    finally:
+        _counters.remove(traffic)
+
+
+def _record(kind: str, nbytes: int) -> None:
+    for traffic in _counters:
+        traffic.record(kind, nbytes)
+
+
+def _bytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def rank_and_size() -> tuple[int, int]:
+    """This process's rank and the number of processes; a clear error outside a group."""
+    if not dist.is_initialized():
+        raise RuntimeError("this runs in a torch.distributed group: start the processes with "
+                           "d2l_ext.comm.spawn (or torchrun) first")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def all_reduce(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum ``tensor`` over the processes, in place; returns it."""
+    _record("all_reduce", _bytes(tensor))
+    if rank_and_size()[1] > 1:
+        dist.all_reduce(tensor)
+    return tensor
+
+
+def all_gather(tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """Every process's ``tensor``, concatenated along ``dim`` in rank order."""
+    _, size = rank_and_size()
+    _record("all_gather", _bytes(tensor))
+    parts = [torch.empty_like(tensor) for _ in range(size)]
+    dist.all_gather(parts, tensor.contiguous())
+    return torch.cat(parts, dim=dim)
+
+
+def reduce_scatter(tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """The sum over the processes of ``tensor``, of which this process keeps its slice along
+    ``dim`` (rank r keeps the r-th of ``world`` equal slices). Gloo has no reduce-scatter,
+    so it is an all-reduce followed by the slice (same result, more bytes on the wire)."""
+    rank, size = rank_and_size()
+    if tensor.shape[dim] % size:
+        raise ValueError(f"dimension {dim} ({tensor.shape[dim]}) must divide evenly among "
+                         f"{size} processes")
+    _record("reduce_scatter", _bytes(tensor))
+    total = tensor.contiguous().clone()
+    if size > 1:
+        dist.all_reduce(total)
+    return total.chunk(size, dim=dim)[rank].contiguous()
+
+
+def all_to_all(parts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Send ``parts[j]`` to process ``j``; returns what each process sent here, by rank.
+    The parts may differ in length along their first dimension (the sizes are exchanged
+    first, and not counted as payload)."""
+    rank, size = rank_and_size()
+    if len(parts) != size:
+        raise ValueError(f"all_to_all needs one part per process ({size}), not {len(parts)}")
+    _record("all_to_all", sum(_bytes(p) for j, p in enumerate(parts) if j != rank))
+    sizes = torch.tensor([p.shape[0] for p in parts])
+    incoming = torch.empty_like(sizes)
+    dist.all_to_all_single(incoming, sizes)
+    rest = parts[0].shape[1:]
+    out = [torch.empty((int(n), *rest), dtype=parts[0].dtype) for n in incoming]
+    if dist.get_backend() == "gloo":  # gloo's all_to_all takes no list: pair sends by hand
+        requests = [dist.isend(p.contiguous(), j) for j, p in enumerate(parts) if j != rank]
+        requests += [dist.irecv(out[j], j) for j in range(size) if j != rank]
+        out[rank] = parts[rank].clone()
+        for request in requests:
+            request.wait()
+    else:
+        dist.all_to_all(out, [p.contiguous() for p in parts])
+    return out
+
+
+def send_receive(tensor: torch.Tensor, to: int, source: int) -> torch.Tensor:
+    """Send ``tensor`` to process ``to`` while receiving one of the same shape from
+    ``source`` (a step around a ring); returns the received tensor."""
+    _record("send", _bytes(tensor))
+    received = torch.empty_like(tensor)
+    requests = [dist.isend(tensor.contiguous(), to), dist.irecv(received, source)]
+    for request in requests:
+        request.wait()
+    return received
+
+
+def ring_bytes(kind: str, payload: int, processes: int) -> int:
+    """What a ring algorithm sends from each process for a collective handed ``payload``
+    bytes per process: all-reduce 2(k − 1)/k of it, reduce-scatter (k − 1)/k of it,
+    all-gather (k − 1) times it (each process's input goes to k − 1 others)."""
+    k = processes
+    factors = {"all_reduce": (2 * (k - 1), k), "reduce_scatter": (k - 1, k),
+               "all_gather": (k - 1, 1)}
+    if kind not in factors:
+        raise ValueError(f"kind is one of {', '.join(factors)}, not {kind!r}")
+    num, den = factors[kind]
+    return payload * num // den

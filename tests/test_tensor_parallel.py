@@ -1,0 +1,140 @@
+"""Tensor parallelism by hand (d2l_ext.tensor_parallel), run in real gloo processes: the split
+block equals the one-process block (output, input gradient, every parameter's gradient as the
+matching slice), with 1, 2 and 4 processes and odd widths; the all-reduces it runs are the ones
+the formula counts; bad splits are refused with what to do."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from d2l_ext import comm, transformer
+from d2l_ext import tensor_parallel as tp
+from d2l_ext.gpt_counts import GPTConfig
+
+
+def _compare(rank: int, world: int, d: int, heads: int, batch: int, seq: int, how: str):
+    """The split block against the whole one on the same input; the largest differences."""
+    torch.manual_seed(0)
+    cfg = GPTConfig(d=d, heads=heads, seq=seq)
+    block = transformer.Block(cfg, how)
+    x = torch.randn(batch, seq, d, requires_grad=True)
+    block(x).square().sum().backward()
+    split = tp.ParallelBlock(block)
+    mine = x.detach().clone().requires_grad_()
+    with tp.counting() as traffic:
+        out = split(mine)
+        out.square().sum().backward()
+    diffs = {"output": (out - block(x)).abs().max().item(),
+             "input grad": (mine.grad - x.grad).abs().max().item()}
+    part = d // world
+    whole = dict(block.named_parameters())
+    for name, p in split.named_parameters():
+        ref = whole[name].grad
+        if name in ("attn.qkv.weight", "attn.qkv.bias"):
+            ref = torch.cat([r[rank * part:(rank + 1) * part] for r in ref.split(d)])
+        elif name in ("mlp.fc.weight", "mlp.fc.bias"):
+            ref = ref[rank * 4 * part:(rank + 1) * 4 * part]
+        elif name in ("attn.proj.weight",):
+            ref = ref[:, rank * part:(rank + 1) * part]
+        elif name == "mlp.proj.weight":
+            ref = ref[:, rank * 4 * part:(rank + 1) * 4 * part]
+        assert p.grad.shape == ref.shape, name
+        diffs[name] = (p.grad - ref).abs().max().item()
+    return diffs, dict(traffic.calls), dict(traffic.payload)
+
+
+@pytest.mark.parametrize("world, d, heads, batch, seq, how", [
+    (2, 32, 4, 2, 8, "sdpa"), (4, 24, 4, 3, 5, "naive"), (1, 16, 2, 1, 4, "sdpa")])
+def test_the_split_block_equals_the_whole_block(world, d, heads, batch, seq, how):
+    results = comm.spawn(_compare, world, d, heads, batch, seq, how, backend="gloo",
+                         threads=1, timeout=120)
+    expected = tp.block_all_reduce_bytes(batch, seq, d, 4, world)
+    for diffs, calls, payload in results:
+        worst = max(diffs, key=diffs.get)
+        assert diffs[worst] < 1e-4, (worst, diffs[worst])
+        assert calls == {"all_reduce": expected["calls"]}
+        assert payload == {"all_reduce": expected["payload"]}
+
+
+def test_the_formula_counts_forward_and_backward_all_reduces():
+    both = tp.block_all_reduce_bytes(2, 8, 32, 4, 2)
+    assert both == {"calls": 4, "payload": 4 * 2 * 8 * 32 * 4,
+                    "sent_per_process": 4 * 2 * 8 * 32 * 4}  # 2(k − 1)/k = 1 for k = 2
+    forward = tp.block_all_reduce_bytes(2, 8, 32, 2, 4, backward=False)
+    assert forward["calls"] == 2 and forward["sent_per_process"] == 3 * forward["payload"] // 2
+
+
+def _refuse(rank: int, world: int) -> list[str]:
+    """The errors of three splits that do not divide among the processes."""
+    makers = [lambda: tp.ParallelBlock(transformer.Block(GPTConfig(d=12, heads=3, seq=4))),
+              lambda: tp.ColumnParallelLinear(torch.nn.Linear(4, 6)),
+              lambda: tp.RowParallelLinear(torch.nn.Linear(6, 4))]
+    errors = []
+    for make in makers:
+        try:
+            make()
+        except ValueError as error:
+            errors.append(str(error))
+    return errors
+
+
+def test_splits_that_do_not_divide_are_refused():
+    errors = comm.spawn(_refuse, 4, backend="gloo", threads=1)[0]
+    assert errors == ["the heads (3) must divide evenly among 4 processes",
+                      "the outputs of each part (6) must divide evenly among 4 processes",
+                      "the inputs (6) must divide evenly among 4 processes"]
+
+
+def test_outside_a_process_group_it_says_how_to_start_one():
+    with pytest.raises(RuntimeError, match="comm.spawn"):
+        tp.ColumnParallelLinear(torch.nn.Linear(4, 4))
+
+
+def _compare_sequence(rank: int, world: int, d: int, heads: int, batch: int, seq: int):
+    """The sequence-parallel block on this process's shard against the whole block."""
+    torch.manual_seed(0)
+    block = transformer.Block(GPTConfig(d=d, heads=heads, seq=seq), "sdpa")
+    x = torch.randn(batch, seq, d, requires_grad=True)
+    full = block(x)
+    full.square().sum().backward()
+    split = tp.ParallelBlock(block, sequence=True)
+    rows = slice(rank * seq // world, (rank + 1) * seq // world)
+    mine = x[:, rows].detach().clone().requires_grad_()
+    with tp.counting() as traffic:
+        out = split(mine)
+        out.square().sum().backward()
+    partial = {n: p.grad.clone() for n, p in split.named_parameters()
+               if n.startswith(("ln", "attn.proj.bias", "mlp.proj.bias"))}
+    whole = {n: p.grad.clone() for n, p in block.named_parameters() if n in partial}
+    return ((out - full[:, rows]).abs().max().item(),
+            (mine.grad - x.grad[:, rows]).abs().max().item(),
+            (split.mlp.fc.weight.grad - block.mlp.fc.weight.grad[
+                rank * 4 * d // world:(rank + 1) * 4 * d // world]).abs().max().item(),
+            partial, whole, dict(traffic.calls), dict(traffic.payload))
+
+
+@pytest.mark.parametrize("world, d, heads, batch, seq", [(2, 32, 4, 2, 8), (4, 16, 4, 1, 12)])
+def test_the_sequence_parallel_block_equals_the_whole_block(world, d, heads, batch, seq):
+    results = comm.spawn(_compare_sequence, world, d, heads, batch, seq, backend="gloo",
+                         threads=1)
+    expected = tp.block_sequence_bytes(batch, seq, d, 4, world)
+    for out, grad, fc, _, _, calls, payload in results:
+        assert max(out, grad, fc) < 1e-4
+        assert calls == {"all_gather": expected["calls"], "reduce_scatter": expected["calls"]}
+        assert payload == {"all_gather": expected["all_gather"],
+                           "reduce_scatter": expected["reduce_scatter"]}
+    whole = results[0][4]
+    for name, reference in whole.items():  # LayerNorms and row biases: one part per shard
+        summed = sum(r[3][name] for r in results)
+        assert torch.allclose(summed, reference, atol=1e-4), name
+
+
+def test_sequence_parallel_bytes_equal_an_all_reduce_on_a_ring():
+    """All-gather + reduce-scatter send what the all-reduce they replace sends."""
+    for world in (2, 4, 8):
+        sp = tp.block_sequence_bytes(2, 16, 32, 2, world)
+        tp_bytes = tp.block_all_reduce_bytes(2, 16, 32, 2, world)
+        assert sp["sent_per_process"] == tp_bytes["sent_per_process"]
+    with pytest.raises(ValueError, match="divide evenly among 3"):
+        tp.block_sequence_bytes(1, 8, 4, 2, 3)
