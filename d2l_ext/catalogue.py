@@ -133,11 +133,15 @@ LAST_WORDS = {"and": {"en": " and ", "zh": "和"}}
 
 def _join_last(before: str, word: str, after: str) -> str:
     """``before + word + after``; a Chinese word ("和") gets a space on each side that meets
-    a Latin letter or a digit ("0.705 和 0.754", "“甲”和“乙”"), as the book writes them."""
+    a Latin letter, a digit or inline code ("0.705 和 0.754", "`sum` 和 `max`", "“甲”和“乙”"),
+    as the book writes them."""
+    def latin(c: str) -> bool:
+        return c == "`" or (c.isascii() and c.isalnum())
+
     if word.strip() == word and not word.isascii():
-        if before[-1:].isascii() and before[-1:].isalnum():
+        if latin(before[-1:]):
             word = " " + word
-        if after[:1].isascii() and after[:1].isalnum():
+        if latin(after[:1]):
             word = word + " "
     return before + word + after
 

@@ -829,6 +829,10 @@ def _transformers_attention_1(tiled_bytes: Any, run: dict) -> Text:
     if near(tiled_bytes, tiled / item, tiled / 1000):
         return close("that counts numbers; bfloat16 takes 2 bytes each.",
                      "这是数的个数；bfloat16 每个数占 2 字节。")
+    if near(tiled_bytes, tiled / 2**20 * 1e6, tiled / 200):
+        return close("that reads mebibytes as millions: give the exact bytes (1 MiB = 2²⁰ "
+                     "bytes).",
+                     "这是把 MiB 当成了百万字节：请给出精确的字节数（1 MiB = 2²⁰ 字节）。")
     if near(tiled_bytes, item * (2 * s * d + s * d * passes), tiled / 1000):
         return close("each block of queries reads K and V: count both.",
                      "每个查询块既要读 K，也要读 V：两者都要算上。")
@@ -872,7 +876,7 @@ def _transformers_kernels_1(matmul_bytes: Any, run: dict) -> Text:
                      "几遍，B 按块的行数（⌈m/b⌉）读几遍，C 写一遍，单位是字节。")
 
 
-@exercise("transformers-kernels", 2, "composed_bytes")
+@exercise("transformers-kernels", 2, "composed_bytes", framework="torch")
 def _transformers_kernels_2(composed_bytes: Any, run: dict) -> Text:
     r, c = 1024, 4096
     traffic = 32 * r * c + 24 * r
@@ -896,6 +900,29 @@ def _transformers_kernels_2(composed_bytes: Any, run: dict) -> Text:
                      "4 字节（下标是 8 字节）。")
 
 
+@exercise("transformers-kernels", 2, "composed_bytes", framework="mxnet")
+def _transformers_kernels_2_mxnet(composed_bytes: Any, run: dict) -> Text:
+    r, c = 1024, 4096
+    traffic = 32 * r * c + 16 * r
+    if near(composed_bytes, traffic, 1):
+        return correct("32rc + 16r = 134,234,112 bytes: the matrix read five times and written "
+                       "three times, plus the row maxima and the sums, each written once and read "
+                       "once; four times the fused kernel's 8rc.",
+                       "32rc + 16r = 134,234,112 字节：矩阵读五遍、写三遍，再加上每行的最大值和"
+                       "行和，各写一遍、读一遍；是融合核函数 8rc 的四倍。")
+    if near(composed_bytes, 32 * r * c + 24 * r, 1):
+        return close("that is PyTorch's count: MXNet's max returns the maxima only, no int64 "
+                     "indices.",
+                     "这是 PyTorch 的算法：MXNet 的 max 只返回最大值，不写 int64 下标。")
+    if near(composed_bytes, 32 * r * c, 16 * r):
+        return close("add the per-row numbers: the maxima and the sums, written and read again.",
+                     "还要加上每行的那几个数：最大值和行和，写出后又被读入。")
+    return not_quite("go through the five operations: what each reads and writes, in numbers "
+                     "of rc (the matrix) and r (one per row), then times 4 bytes.",
+                     "逐个看五个运算各读写多少：以 rc（整个矩阵）和 r（每行一个数）计，再乘以 "
+                     "4 字节。")
+
+
 # ---------------------------------------------------------------- transformers-precision
 @exercise("transformers-precision", 1, "smallest_update")
 def _transformers_precision_1(smallest_update: Any, run: dict) -> Text:
@@ -911,6 +938,9 @@ def _transformers_precision_1(smallest_update: Any, run: dict) -> Text:
         return close("1 + 2⁻⁸ lies exactly halfway between 1 and the next number, and a tie "
                      "rounds to the neighbour whose last bit is 0.",
                      "1 + 2⁻⁸ 正好落在 1 和下一个数的中点，恰在中点时取偶，即末位为 0 的那个邻居。")
+    if equal(smallest_update, -7) or equal(smallest_update, -8):
+        return close("give the update itself, 2 to that power, not its exponent.",
+                     "请给出更新量本身，即 2 的这个次方，而不是指数。")
     if near(smallest_update, 2.0 ** -10, 1e-12) or near(smallest_update, 2.0 ** -11, 1e-12):
         return close("that is float16's step (10 mantissa bits); bfloat16 has 7.",
                      "这是 float16 的间距（10 位尾数）；bfloat16 只有 7 位。")
@@ -929,13 +959,13 @@ def _transformers_precision_2(answer: Any, run: dict) -> Text:
                        "448 / 3 ≈ 149.3；2 的幂取 2⁷ = 128，因为 3 · 256 = 768 会超过 448。")
     if exact_ok and equal(power, 256):
         return close("256 rounds the scale up: 3 · 256 = 768 is above E4M3's largest number.",
-                     "256 是把缩放系数向上取整：3 · 256 = 768，超过了 E4M3 的最大值。")
+                     "256 是把缩放因子向上取整：3 · 256 = 768，超过了 E4M3 的最大值。")
     if exact_ok and equal(power, 7):
         return close("give the power of 2 itself, not its exponent: 2⁷ = 128.",
                      "要给出这个 2 的幂本身，而不是指数：2⁷ = 128。")
     if exact_ok:
         return close("the scale is right; now the largest power of 2 not above it.",
-                     "缩放系数对了；再找不超过它的最大的 2 的幂。")
+                     "缩放因子对了；再找不超过它的最大的 2 的幂。")
     if near(scale, 448 / 3, 0.5):
         return close("448 / 3 = 149.33…: keep the fraction.", "448 / 3 = 149.33…：保留小数部分。")
     if near(scale, 57344 / 3, 1):
@@ -943,4 +973,4 @@ def _transformers_precision_2(answer: Any, run: dict) -> Text:
                      "57,344 是 E5M2 的最大值；E4M3 的是 448。")
     return not_quite("the scale maps the largest magnitude onto E4M3's largest number, 448: "
                      "divide.",
-                     "缩放系数把最大的绝对值映射到 E4M3 的最大值 448 上：做一次除法即可。")
+                     "缩放因子把最大的绝对值映射到 E4M3 的最大值 448 上：做一次除法即可。")

@@ -54,6 +54,12 @@ class MemoryCount:
         return self.loaded + self.stored
 
 
+def _interpreting() -> bool:
+    """Whether Triton runs kernels in its interpreter: TRITON_INTERPRET read as Triton reads
+    it ("1", "true", "yes" or "on")."""
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
 @contextlib.contextmanager
 def count_memory() -> Iterator[MemoryCount]:
     """Count, while the block runs, the bytes that Triton kernels running in the interpreter
@@ -62,7 +68,7 @@ def count_memory() -> Iterator[MemoryCount]:
     each time (on a GPU, caches may serve the repeats); atomic operations are not counted.
     Raises where Triton compiles kernels instead (on a GPU, use a profiler), and when no
     kernel ran in the interpreter inside the block."""
-    if os.environ.get("TRITON_INTERPRET") != "1":
+    if not _interpreting():
         raise RuntimeError("count_memory counts kernels run in Triton's interpreter; call "
                            "d2l_ext.kernels.use_interpreter('cpu') before defining them.")
     from triton.runtime.interpreter import InterpreterBuilder
@@ -101,14 +107,17 @@ def count_memory() -> Iterator[MemoryCount]:
                            "d2l_ext.kernels.use_interpreter('cpu')")
 
 
-def matmul_traffic(m: int, n: int, k: int, block_m: int, block_n: int, item: int = 4) -> int:
+def matmul_traffic(m: int, n: int, k: int, block_m: int, block_n: int, item: int = 4,
+                   item_out: int | None = None) -> int:
     """Bytes a tiled product C = A B (A: m × k, B: k × n) moves when each program computes one
     ``block_m`` × ``block_n`` block of C: it reads its rows of A and its columns of B in full,
     so A is read once per column of blocks and B once per row of blocks, and C is written
-    once."""
-    if min(m, n, k, block_m, block_n, item) < 1:
-        raise ValueError("sizes, blocks and the item size must be positive")
-    return item * (m * k * math.ceil(n / block_n) + k * n * math.ceil(m / block_m) + m * n)
+    once. ``item`` is the inputs' element size, ``item_out`` C's (default: ``item``)."""
+    item_out = item if item_out is None else item_out
+    if min(m, n, k, block_m, block_n, item, item_out) < 1:
+        raise ValueError("sizes, blocks and the element sizes must be positive")
+    return (item * (m * k * math.ceil(n / block_n) + k * n * math.ceil(m / block_m))
+            + item_out * m * n)
 
 
 def generated_code(fn: Callable, *args, **kwargs) -> tuple[object, list[str]]:

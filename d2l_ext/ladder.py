@@ -1042,7 +1042,10 @@ def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.d
             if verbose:
                 state_en = "reached" if one.reached else "did not reach"
                 state_zh = "达到" if one.reached else "没有达到"
-                if one.one_off > 0:
+                if abs(one.one_off) < 0.05:  # prints as 0.0 s either way
+                    extra = message(en=", with no one-off cost to speak of",
+                                    zh="，一次性开销可以忽略")
+                elif one.one_off > 0:
                     extra = message(en=f" + {one.one_off:.1f} s one-off",
                                     zh=f"，另加一次性开销 {one.one_off:.1f} 秒")
                 else:  # the warm-up ran no slower than the steady steps
@@ -1183,8 +1186,8 @@ COLUMNS = [message(en=en, zh=zh) for en, zh in [
     ("device ms", "设备（毫秒）"),
     ("host ms", "主机（毫秒）"), ("bound", "瓶颈"), ("one-off s", "一次性开销（秒）"),
     ("TFLOP/s", "TFLOP/s"), ("MFU", "MFU")]]
-FORMATS = ["", "d", ".2f", ".2f", ".2f", ",d", ".2f", ".2f", "", ".2f", ".2f", "", ".1f", ".2f",
-           ".1%"]
+FORMATS = ["", "d", ",.2f", ",.2f", ",.2f", ",d", ",.2f", ".2f", "", ",.2f", ",.2f", "",
+           ",.1f", ".2f", ".1%"]
 #: Each kind of bound in English and Chinese.
 BOUNDS = {"host": ("host", "主机"), "device": ("device", "设备"), "sync": ("waits", "同步等待"),
           "one": ("not split (CPU)", "不区分（CPU）"), "": ("\u2013", "\u2013")}

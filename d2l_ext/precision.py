@@ -145,12 +145,28 @@ def scale_for(largest, dtype):
     return scale.clamp(max=torch.finfo(torch.float32).max)  # a tiny largest: no infinite scale
 
 
+def _check_fp8(dtype, who: str) -> None:
+    torch = _torch()
+    if not dtype.is_floating_point or torch.empty((), dtype=dtype).element_size() != 1:
+        raise ValueError(f"{who} takes an FP8 dtype (torch.float8_e4m3fn, "
+                         f"torch.float8_e5m2), not {dtype}")
+
+
+def _check_not_empty(x, what: str) -> None:
+    if x.numel() == 0:
+        raise ValueError(f"{what} is empty ({tuple(x.shape)}): there is no largest magnitude "
+                         "to scale by")
+
+
 def quantize(x, dtype, how: Scaling = "tensor", scale=None):
     """``x`` in the 8-bit ``dtype``: ``(q, inverse)`` with ``q = (x · scale).to(dtype)`` and
     ``inverse = 1 / scale``, so that ``q.float() * inverse`` approximates ``x``. The scale is
     ``scale`` if given (e.g. from :class:`DelayedScaling`), else 1 for ``"none"``, or from the
     tensor's or each row's largest magnitude (current scaling)."""
     torch = _torch()
+    _check_fp8(dtype, "quantize")
+    if scale is None and how != "none":
+        _check_not_empty(x, "x")
     if scale is None:
         scale = (torch.ones((), dtype=torch.float32) if how == "none"
                  else scale_for(amax(x, how), dtype))
@@ -183,6 +199,8 @@ class DelayedScaling:
     values grew past the history's maximum overflows the format."""
 
     def __init__(self, dtype, history: int = 16) -> None:
+        if isinstance(history, bool) or not isinstance(history, int):
+            raise ValueError(f"history is a whole number of steps, not {history!r}")
         if history < 1:
             raise ValueError(f"history must be at least 1 step, got {history}")
         self.dtype = dtype
@@ -195,6 +213,7 @@ class DelayedScaling:
     def record(self, x) -> None:
         """Remember ``x``'s largest magnitude for the next steps; a step whose largest value
         is not finite (an overflow, a NaN) is left out of the history."""
+        _check_not_empty(x, "the step's tensor")
         largest = float(x.abs().amax())
         if math.isfinite(largest):
             self.amaxes.append(largest)
@@ -203,10 +222,12 @@ class DelayedScaling:
 def overflowed(x, scale, dtype) -> float:
     """The share of ``x``'s elements whose magnitude times ``scale`` exceeds ``dtype``'s
     largest number: E4M3 clamps them to it; E5M2 rounds those below its rounding midpoint
-    (61,440) to it and turns the rest into infinity."""
+    (61,440) to it and turns the rest into infinity. 0 for an empty ``x``."""
     torch = _torch()
-    return float(((x.float().abs() * torch.as_tensor(scale)) > torch.finfo(dtype).max)
-                 .double().mean())
+    if x.numel() == 0:
+        return 0.0
+    top = torch.finfo(dtype).max * (1 + 2.0**-20)  # a float32 scale's rounding is no overflow
+    return float(((x.double().abs() * torch.as_tensor(scale).double()) > top).double().mean())
 
 
 def fp8_matmul(a, b, dtype=None, how: Scaling = "tensor") -> tuple[Any, str]:
@@ -218,9 +239,7 @@ def fp8_matmul(a, b, dtype=None, how: Scaling = "tensor") -> tuple[Any, str]:
     else ``"emulated: <why>"`` (the FP8 values, dequantized, multiplied in float32)."""
     torch = _torch()
     dtype = dtype or torch.float8_e4m3fn
-    if not dtype.is_floating_point or torch.empty((), dtype=dtype).element_size() != 1:
-        raise ValueError(f"fp8_matmul takes an FP8 dtype (torch.float8_e4m3fn, "
-                         f"torch.float8_e5m2), not {dtype}")
+    _check_fp8(dtype, "fp8_matmul")
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"a and b must be 2-D matrices; got {a.dim()}-D and {b.dim()}-D")
     if a.shape[1] != b.shape[0]:
@@ -228,6 +247,9 @@ def fp8_matmul(a, b, dtype=None, how: Scaling = "tensor") -> tuple[Any, str]:
                          f"{tuple(b.shape)}")
     if how not in ("tensor", "row"):
         raise ValueError(f"how is 'tensor' or 'row', not {how!r}")
+    if 0 in a.shape or 0 in b.shape:
+        raise ValueError(f"a {tuple(a.shape)} or b {tuple(b.shape)} is empty: nothing to "
+                         "scale or multiply")
     qa, ia = quantize(a, dtype, how)
     qb_t, ib_t = quantize(b.t(), dtype, how)  # b's columns are the rows of b.t()
     qa, qb_t = qa.contiguous(), qb_t.contiguous()  # a row-major, b column-major: as cuBLAS asks

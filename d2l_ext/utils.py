@@ -507,8 +507,13 @@ def text_table(columns: Sequence[str], rows: Sequence[Sequence], formats: Sequen
 def formatted(value: Any, fmt: str = "") -> str:
     """``value`` as a table cell or a figure prints it: ``format(value, fmt)``, or three
     significant digits for ``fmt="~3"``; an exact zero as "0" in a fixed-point, exponent or
-    significant-digit format, a value that rounds to zero without a sign, and a true minus
-    sign (U+2212) rather than a hyphen."""
+    significant-digit format, a value that rounds to zero without a sign, a true minus
+    sign (U+2212) rather than a hyphen, and a string in a column of numbers ("–") as it is."""
+    if isinstance(value, str) and fmt:
+        try:
+            return format(value, fmt)
+        except ValueError:  # a placeholder ("–") in a column of numbers
+            return value
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return format(value, fmt)
     if value == 0 and (fmt.endswith(("e", "E", "f", "F")) or fmt.startswith("~")):

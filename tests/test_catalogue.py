@@ -216,5 +216,7 @@ def test_listing_can_put_and_before_the_last_item():
     mixed = catalogue.listing(["“+ torch.compile”", "GPU", "“甲”"], last="and")
     assert mixed.zh == "“+ torch.compile”、GPU 和“甲”"
     assert catalogue.listing(["x", "“乙”"], last="and").zh == "x 和“乙”"
+    code = catalogue.listing(["`exp`", "`sum`", "`max`"], last="and")
+    assert code.zh == "`exp`、`sum` 和 `max`"
     with pytest.raises(ValueError, match="last is one of and or None, not 'or'"):
         catalogue.listing(items, last="or")

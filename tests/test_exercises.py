@@ -1154,6 +1154,8 @@ def test_transformers_attention_exercise_1_the_bytes_of_a_tiled_attention():
     assert run(cell, "tiled_bytes = 2 * (2 * 8192 * 128 * 65)", "zh").startswith("正确")
     assert "2 bytes" in run(cell, "tiled_bytes = 136_314_880")  # close: numbers, not bytes
     assert "both" in run(cell, "tiled_bytes = 2 * (2 * 8192 * 128 + 8192 * 128 * 64)")
+    out = run(cell, "tiled_bytes = 2.6e8")  # "about 260 MiB" read as 260 million bytes
+    assert out.startswith("Close") and "mebibytes" in out and "272,629,760" not in out
     for wrong in (545_259_520, 2 * 8192 * 8192):  # the naive attention's; the scores alone
         out = run(cell, f"tiled_bytes = {wrong}")
         assert out.startswith("Not quite") and "272,629,760" not in out
@@ -1199,6 +1201,19 @@ def test_transformers_kernels_exercise_2_the_bytes_of_a_composed_softmax():
     assert run(cell, "composed_bytes = None", "zh").startswith("练习 2")
 
 
+def test_transformers_kernels_exercise_2_mxnet_counts_no_indices():
+    """MXNet's max returns no indices: 32rc + 16r = 134,234,112 bytes; PyTorch's count is close."""
+    cell = check_cell("transformers-kernels", "exercise 2")
+    r, c = 1024, 4096
+    assert run(cell, "composed_bytes = 134_234_112", framework="mxnet").startswith("Correct")
+    assert run(cell, f"composed_bytes = 32 * {r} * {c} + 16 * {r}", "zh",
+               framework="mxnet").startswith("正确")
+    assert "no int64" in run(cell, "composed_bytes = 134_242_304", framework="mxnet")
+    assert "per-row numbers" in run(cell, f"composed_bytes = 32 * {r} * {c}", framework="mxnet")
+    out = run(cell, f"composed_bytes = {8 * r * c}", framework="mxnet")
+    assert out.startswith("Not quite") and "134,234,112" not in out
+
+
 def test_transformers_precision_exercise_1_the_smallest_update_of_a_bfloat16_one():
     """2^-7: 1 + 2^-8 is a tie and rounds to the even neighbour, 1."""
     cell = check_cell("transformers-precision", "exercise 1")
@@ -1207,6 +1222,9 @@ def test_transformers_precision_exercise_1_the_smallest_update_of_a_bfloat16_one
     assert "halfway" in run(cell, "smallest_update = 2**-8")
     assert "float16" in run(cell, "smallest_update = 2**-10")
     assert "exactly" in run(cell, "smallest_update = 0.0078")
+    for exponent in (-7, -8):  # the exponent, not the number
+        out = run(cell, f"smallest_update = {exponent}")
+        assert out.startswith("Close") and "not its exponent" in out and "0.0078125" not in out
     for wrong in (1e-3, 2**-6):
         out = run(cell, f"smallest_update = {wrong}")
         assert out.startswith("Not quite") and "0.0078125" not in out

@@ -165,8 +165,8 @@ def _framework_names(framework: str, numpy_too_new: bool) -> dict:
     names.update(smoke=True, plt=plt, text_table=text_table, datasheets=datasheets,
                  statistics=statistics, device_name="CPU",
                  # what the copy cells leave for the roofline: a CPU's one row, no datasheet
-                 copies={"host -> host": (10.0, 9.0, 11.0)},
-                 copy_names={"host -> host": d2l.message(en="host -> host",
+                 copies={"host → host": (10.0, 9.0, 11.0)},
+                 copy_names={"host → host": d2l.message(en="host → host",
                                                          zh="主机内存 → 主机内存")},
                  sheet=None, example=datasheets.SHEETS["H100 SXM"])
     return names
@@ -621,17 +621,17 @@ def _copy_tables(gpu_name, copies, capsys):
 
     names = _framework_names("torch", False)
     names.update(size_mib=256, MiB=2**20, gpu_name=gpu_name, copies=copies)
-    exec(_shared_cell('copy_names = {"host -> host"'), names)
+    exec(_shared_cell('copy_names = {"host → host"'), names)
     exec(_shared_cell("sheet = datasheets.for_gpu(gpu_name)"), names)
     plt.close("all")
     return names, capsys.readouterr().out
 
 
-GPU_COPIES = {"host -> host": (23.6, 21.5, 26.3), "pageable host -> GPU": (7.1, 6.3, 7.1),
-              "pin (cached block), then copy -> GPU": (18.1, 17.9, 19.1),
-              "pin (new block), then copy -> GPU": (1.5, 0.9, 1.6),
-              "pinned host -> GPU": (54.0, 53.8, 54.2), "GPU -> pinned host": (54.3, 54.2, 54.4),
-              "GPU -> GPU (same)": (1480.0, 1470.0, 1490.0)}
+GPU_COPIES = {"host → host": (23.6, 21.5, 26.3), "pageable host → GPU": (7.1, 6.3, 7.1),
+              "pin (cached block), then copy → GPU": (18.1, 17.9, 19.1),
+              "pin (new block), then copy → GPU": (1.5, 0.9, 1.6),
+              "pinned host → GPU": (54.0, 53.8, 54.2), "GPU → pinned host": (54.3, 54.2, 54.4),
+              "GPU → GPU (same)": (1480.0, 1470.0, 1490.0)}
 
 
 def test_on_a_known_gpu_the_copies_are_read_against_its_own_datasheet(capsys):
@@ -665,7 +665,7 @@ def test_an_unknown_gpu_or_a_cpu_gets_no_datasheet_share(capsys):
     assert [en for en, got in measured.items() if got is not None] == [
         "PCIe 3.0 ×16, one direction", "PCIe 4.0 ×16, one direction",
         "PCIe 5.0 ×16, one direction"]  # the generations, not another GPU's datasheet
-    names, out = _copy_tables(None, {"host -> host": (23.6, 21.5, 26.3)}, capsys)
+    names, out = _copy_tables(None, {"host → host": (23.6, 21.5, 26.3)}, capsys)
     assert all(got is None for *_, got in names["link_rates"])
     assert names["copy_lesson"] == "" and "this run has no GPU" in names["whose"].en
 
@@ -711,9 +711,9 @@ def test_the_gpu_record_lines_up_with_the_pages_table_and_leaves_out_the_wrong_c
     record = gpu_runs.load("gpu-basics")
     assert record.commit == "ec40dc2" and record.source
     labels = {f.en for f in record.figures}
-    assert "copy GPU -> GPU, bytes copied (GB/s)" not in labels
+    assert "copy GPU → GPU, bytes copied (GB/s)" not in labels
     names = _record_names()
-    names.update(beyond_mib=None, outside_mib=None, copies={"host -> host": (9.0, 8.0, 10.0)},
+    names.update(beyond_mib=None, outside_mib=None, copies={"host → host": (9.0, 8.0, 10.0)},
                  bandwidth=20e9, peak=100e9, ridge=5.0, best_products={"fp32": 100e9},
                  per_op=2e-6, host_us=2.0, device_us=2.0, num_ops=1000, replay=None)
     capsys.readouterr()
@@ -722,11 +722,11 @@ def test_the_gpu_record_lines_up_with_the_pages_table_and_leaves_out_the_wrong_c
     rows = {line.split("  ")[0] for line in out.splitlines()[1:]}
     assert labels <= rows  # no kept figure is shown on a row of its own, unmatched
     pinned = next(line for line in out.splitlines() if line.startswith("copy pinned host"))
-    kept_pinned = record.value("copy pinned host -> GPU (GB/s)")
+    kept_pinned = record.value("copy pinned host → GPU (GB/s)")
     assert pinned.split()[-2:] == ["\u2013", f"{kept_pinned:.1f}"]
     sheet = datasheets.for_gpu(record.run["gpu"])
     text = names["record_sheet_text"]
-    share = record.value("copy pinned host -> GPU (GB/s)") * 1e9 / sheet.pcie
+    share = record.value("copy pinned host → GPU (GB/s)") * 1e9 / sheet.pcie
     assert f"{share:.0%} of the {sheet.pcie / 1e9:.0f} GB/s of PCIe" in text.en
     share = record.value("compute roof, float32 products (TFLOP/s)") * 1e12 / sheet.fp32
     assert f"{share:.0%} of the {sheet.fp32 / 1e12:.0f} TFLOP/s of float32" in text.en

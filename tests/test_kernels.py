@@ -25,13 +25,28 @@ def test_matmul_traffic_reads_a_once_per_column_of_blocks_and_b_once_per_row():
     assert kernels.matmul_traffic(100, 50, 70, 32, 32) == 4 * (100 * 70 * 2 + 70 * 50 * 4
                                                                + 100 * 50)
     assert kernels.matmul_traffic(64, 64, 64, 64, 64, item=2) == 2 * 3 * 64 * 64
+    # float16 inputs, a float32 output: C's m·n elements at 4 bytes, A and B at 2
+    assert kernels.matmul_traffic(64, 64, 64, 64, 64, item=2, item_out=4) == (
+        2 * 2 * 64 * 64 + 4 * 64 * 64)
     with pytest.raises(ValueError, match="positive"):
         kernels.matmul_traffic(64, 64, 64, 0, 64)
+    with pytest.raises(ValueError, match="positive"):
+        kernels.matmul_traffic(64, 64, 64, 64, 64, item_out=0)
 
 
-def test_count_memory_refuses_compiled_kernels(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+@pytest.mark.parametrize("value", ["0", "", "false", "off"])
+def test_count_memory_refuses_compiled_kernels(monkeypatch, value):
+    monkeypatch.setenv("TRITON_INTERPRET", value)
     with pytest.raises(RuntimeError, match="use_interpreter"):
+        with kernels.count_memory():
+            pass
+
+
+@pytest.mark.parametrize("value", ["1", "true", "TRUE", "yes", "on"])
+def test_count_memory_reads_the_interpreter_switch_as_triton_does(monkeypatch, value):
+    """Every spelling Triton takes for "interpret" is accepted; the block then needs a kernel."""
+    monkeypatch.setenv("TRITON_INTERPRET", value)
+    with pytest.raises(RuntimeError, match="no Triton kernel|no kernel"):
         with kernels.count_memory():
             pass
 

@@ -198,3 +198,33 @@ def test_a_tiny_largest_value_gets_a_finite_scale_and_a_non_fp8_dtype_is_refused
     for dtype in (torch.float16, torch.int8):
         with pytest.raises(ValueError, match="FP8 dtype"):
             precision.fp8_matmul(torch.ones(2, 2), torch.ones(2, 2), dtype)
+
+
+def test_quantize_takes_fp8_only_and_empty_inputs_get_a_clear_answer():
+    for dtype in (torch.bfloat16, torch.float32, torch.int8):
+        with pytest.raises(ValueError, match="quantize takes an FP8 dtype"):
+            precision.quantize(torch.randn(3), dtype)
+    empty = torch.empty(0, 4)
+    for how in ("tensor", "row"):
+        with pytest.raises(ValueError, match="empty"):
+            precision.quantize(empty, torch.float8_e4m3fn, how)
+    q, inverse = precision.quantize(empty, torch.float8_e4m3fn, scale=2.0)  # a given scale
+    assert q.shape == (0, 4) and inverse.item() == 0.5
+    with pytest.raises(ValueError, match="empty"):
+        precision.fp8_matmul(torch.ones(3, 0), torch.ones(0, 2))
+    with pytest.raises(ValueError, match="empty"):
+        precision.DelayedScaling(torch.float8_e4m3fn).record(empty)
+    assert precision.overflowed(empty, 1.0, torch.float8_e4m3fn) == 0.0
+    for history in (2.5, True, "16"):
+        with pytest.raises(ValueError, match="whole number"):
+            precision.DelayedScaling(torch.float8_e4m3fn, history=history)
+
+
+def test_a_tensor_scaled_by_its_own_largest_value_does_not_overflow():
+    """scale = 448 / amax in float32 maps amax to 448 up to rounding: not an overflow."""
+    torch.manual_seed(0)
+    for _ in range(200):
+        x = torch.randn(64) * float(torch.rand(()) * 100 + 1e-3)
+        scale = precision.scale_for(precision.amax(x), torch.float8_e4m3fn)
+        assert precision.overflowed(x, scale, torch.float8_e4m3fn) == 0.0
+    assert precision.overflowed(torch.tensor([1.0, 2.0]), 448.0, torch.float8_e4m3fn) == 0.5

@@ -526,6 +526,13 @@ def test_an_exact_zero_in_an_exponent_column_is_written_0():
     assert text_table(["a"], [[1e-300]], [".1e"]).cells == (("1.0e-300",),)
 
 
+def test_a_placeholder_string_in_a_column_of_numbers_is_left_as_it_is():
+    from d2l_ext.utils import text_table
+
+    table = text_table(["a", "b"], [["–", 1.5], [2.25, "n/a"]], [",.1f", "~3"])
+    assert table.cells == (("–", "1.50"), ("2.2", "n/a"))
+
+
 def test_significant_keeps_three_digits_without_an_exponent():
     from d2l_ext.utils import significant, text_table
 
