@@ -137,7 +137,7 @@ def _framework_names(framework: str, numpy_too_new: bool) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from d2l_ext.utils import text_table
+    from d2l_ext.utils import significant, text_table
 
     if framework == "torch":
         torch = pytest.importorskip("torch")
@@ -162,7 +162,8 @@ def _framework_names(framework: str, numpy_too_new: bool) -> dict:
                  "sys": sys, "device": mx.cpu(), "on_gpu": False}
     from d2l_ext import datasheets
 
-    names.update(smoke=True, plt=plt, text_table=text_table, datasheets=datasheets,
+    names.update(smoke=True, plt=plt, text_table=text_table, significant=significant,
+                 datasheets=datasheets,
                  statistics=statistics, device_name="CPU",
                  # what the copy cells leave for the roofline: a CPU's one row, no datasheet
                  copies={"host → host": (10.0, 9.0, 11.0)},

@@ -662,7 +662,7 @@ def test_memory_page_shows_each_framework_its_own_counter(page, lang):
     sharding = page.locator(".tag_torch", has_text="def deep_step(segments):")
     mx_counter = page.locator(".tag_mxnet", has_text="counter = mxnet_memory.StorageCounter()")
     assert counting.is_visible() and sharding.is_visible() and not mx_counter.is_visible()
-    assert {"en": "measured - predicted, bytes", "zh": "实测 \u2212 预测（字节）"}[lang] in \
+    assert {"en": "measured \u2212 predicted, bytes", "zh": "实测 \u2212 预测（字节）"}[lang] in \
         _with_next(counting)
     page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
     assert mx_counter.is_visible() and not counting.is_visible()
