@@ -19,7 +19,7 @@ shows the errors. Sizes are bytes and seconds.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from d2l_ext import memory_budget, pipeline
 
@@ -190,19 +190,23 @@ def activation_bytes(model: Model, split: Split, seq: int) -> float:
     return s * b * h * (whole_part / (t if split.sp else 1) + (split_part + attention) / t)
 
 
+def _timeline(split: Split) -> tuple[list[pipeline.Interval], int]:
+    """The simulated schedule of one step's micro-batches (backward twice the forward), and
+    the chunks per stage it counts in."""
+    chunks = split.chunks if split.schedule == "interleaved" else 1
+    orders = pipeline.schedule(split.schedule, split.pp, split.micro_batches, chunks)
+    costs = pipeline.Costs(1 / chunks, 2 / chunks)  # a chunk holds 1/chunks of the layers
+    return pipeline.simulate(orders, costs, chunks=chunks), chunks
+
+
 def in_flight(split: Split) -> int:
     """Micro-batches whose activations the busiest stage holds at once, from the simulated
     schedule (GPipe: all of them; 1F1B: up to the stages; interleaved: counted in chunks,
     returned in stage-equivalents, rounded up)."""
     if split.pp == 1:
         return 1
-    if split.schedule == "interleaved":
-        orders = pipeline.interleaved(split.pp, split.micro_batches, split.chunks)
-        timeline = pipeline.simulate(orders, pipeline.Costs(1 / split.chunks, 2 / split.chunks),
-                                     chunks=split.chunks)
-        return math.ceil(max(pipeline.in_flight(timeline).values()) / split.chunks)
-    orders = pipeline.schedule(split.schedule, split.pp, split.micro_batches)
-    return max(pipeline.in_flight(pipeline.simulate(orders)).values())
+    timeline, chunks = _timeline(split)
+    return math.ceil(max(pipeline.in_flight(timeline).values()) / chunks)
 
 
 def plan(model: Model, split: Split, seq: int, hardware: Hardware | None = None,
@@ -239,13 +243,8 @@ def plan(model: Model, split: Split, seq: int, hardware: Hardware | None = None,
         flops *= 4 / 3  # one more forward pass: 2 of the 6
     compute = flops / (hardware.peak * efficiency)
     if split.pp > 1:
-        orders = (pipeline.interleaved(split.pp, split.micro_batches, split.chunks)
-                  if split.schedule == "interleaved"
-                  else pipeline.schedule(split.schedule, split.pp, split.micro_batches))
-        timeline = pipeline.simulate(orders, pipeline.Costs(1 / split.chunks, 2 / split.chunks),
-                                     chunks=split.chunks)
-        out.time["pipeline bubble"] = compute * pipeline.bubble(timeline) / (
-            1 - pipeline.bubble(timeline))
+        idle = pipeline.bubble(_timeline(split)[0])
+        out.time["pipeline bubble"] = compute * idle / (1 - idle)
     out.time["compute"] = compute
     if split.tp > 1:  # 4 all-reduces (or their SP pairs) per layer, per micro-batch; exposed
         payload = split.micro_batch * seq / split.cp * model.hidden * 2
@@ -264,8 +263,3 @@ def plan(model: Model, split: Split, seq: int, hardware: Hardware | None = None,
 def fits(model: Model, split: Split, seq: int, hardware: Hardware) -> bool:
     """Whether the plan's memory fits the GPU's."""
     return plan(model, split, seq).total_memory <= hardware.memory
-
-
-def with_degree(split: Split, **changes) -> Split:
-    """``split`` with some degrees changed (a readable :func:`dataclasses.replace`)."""
-    return replace(split, **changes)

@@ -21,7 +21,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from d2l_ext import transformer
-from d2l_ext.collectives import all_gather, all_reduce, counting, rank_and_size, reduce_scatter
+from d2l_ext.collectives import (
+    all_gather,
+    all_reduce,
+    counting,
+    rank_and_size,
+    reduce_scatter,
+    ring_bytes,
+)
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "ParallelMLP", "ParallelAttention",
            "ParallelBlock", "block_all_reduce_bytes", "block_sequence_bytes", "counting"]
@@ -197,7 +204,7 @@ def block_all_reduce_bytes(batch: int, seq: int, d: int, item: int, world: int,
     calls = 4 if backward else 2
     payload = calls * batch * seq * d * item
     return {"calls": calls, "payload": payload,
-            "sent_per_process": 2 * (world - 1) * payload // world}
+            "sent_per_process": ring_bytes("all_reduce", payload, world)}
 
 
 def block_sequence_bytes(batch: int, seq: int, d: int, item: int, world: int,
@@ -213,4 +220,5 @@ def block_sequence_bytes(batch: int, seq: int, d: int, item: int, world: int,
     shard, whole = batch * (seq // world) * d * item, batch * seq * d * item
     return {"all_gather": 2 * rounds * shard, "reduce_scatter": 2 * rounds * whole,
             "calls": 2 * rounds,
-            "sent_per_process": 2 * rounds * ((world - 1) * shard + (world - 1) * whole // world)}
+            "sent_per_process": 2 * rounds * (ring_bytes("all_gather", shard, world)
+                                              + ring_bytes("reduce_scatter", whole, world))}

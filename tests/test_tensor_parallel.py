@@ -138,3 +138,14 @@ def test_sequence_parallel_bytes_equal_an_all_reduce_on_a_ring():
         assert sp["sent_per_process"] == tp_bytes["sent_per_process"]
     with pytest.raises(ValueError, match="divide evenly among 3"):
         tp.block_sequence_bytes(1, 8, 4, 2, 3)
+
+
+def test_ring_bytes_per_collective():
+    from d2l_ext import collectives
+
+    assert collectives.ring_bytes("all_reduce", 1000, 4) == 1500  # 2(k − 1)/k
+    assert collectives.ring_bytes("reduce_scatter", 1000, 4) == 750  # (k − 1)/k
+    assert collectives.ring_bytes("all_gather", 250, 4) == 750  # (k − 1) shards
+    assert collectives.ring_bytes("all_reduce", 1000, 1) == 0
+    with pytest.raises(ValueError, match="kind is one of"):
+        collectives.ring_bytes("broadcast", 1000, 4)
