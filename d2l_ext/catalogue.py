@@ -11,7 +11,9 @@ with, in ``messages/async-computation.toml``::
     en = "device: {device}; matrices of {size}×{size}"
     zh = "设备：{device}；{size}×{size} 的矩阵"
 
-The templates are :meth:`str.format` templates (``{peak:,.2f}`` formats as in an f-string);
+The templates are :meth:`str.format` templates (``{peak:,.2f}`` formats as in an f-string;
+``{rate:~3}`` gives three significant digits in fixed point, never an exponent:
+:func:`d2l_ext.utils.significant`);
 a value made by :func:`d2l_ext.i18n.message` (a :class:`~d2l_ext.i18n.Text`) fills each
 language's template with its own language.
 :func:`say` returns :func:`d2l_ext.i18n.message`'s text (the reader's language, recorded
@@ -77,6 +79,19 @@ def fields(template: str) -> set[str]:
     return names
 
 
+class _Formatter(string.Formatter):
+    """:meth:`str.format`, plus the spec ``~N``: N significant digits, never an exponent."""
+
+    def format_field(self, value, format_spec: str) -> str:
+        if format_spec.startswith("~") and format_spec[1:].isdigit():
+            from d2l_ext.utils import formatted  # an exact zero "0", a true minus sign
+            return formatted(value, format_spec)
+        return super().format_field(value, format_spec)
+
+
+_FORMATTER = _Formatter()
+
+
 def _fill(key: str, values: dict) -> tuple[str, str]:
     texts = entry(key)
     filled = []
@@ -89,7 +104,7 @@ def _fill(key: str, values: dict) -> tuple[str, str]:
                             f"{sorted(missing)[0]}=...)")
         own = {name: (getattr(v, lang) if isinstance(v, Text) else v)
                for name, v in values.items()}
-        filled.append(texts[lang].format(**own))
+        filled.append(_FORMATTER.format(texts[lang], **own))
     return filled[0], filled[1]
 
 

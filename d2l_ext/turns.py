@@ -114,17 +114,19 @@ def versus(name: Text | str, a: Timing, other: Text | str, b: Timing) -> Text:
     (v_en, v_zh), (o_en, o_zh) = both(name), both(other)
     ratio = b.median / a.median
     if ratio >= 1:
-        medians = (f"{ratio:.2f}\u00d7 as fast by the medians",
+        medians = (f"by the medians, the first ran {ratio:.2f}\u00d7 as fast",
                    f"按中位数，前者的速度是后者的 {ratio:.2f} 倍")
     else:  # the first is the slower: say how much longer it took, not "0.56x as fast"
-        medians = (f"{1 / ratio:.2f}\u00d7 the time by the medians",
+        medians = (f"by the medians, the first took {1 / ratio:.2f}\u00d7 as long",
                    f"按中位数，前者的用时是后者的 {1 / ratio:.2f} 倍")
     if a.clearly_faster(b):
-        return message(en=f'"{v_en}" was faster than "{o_en}" in every run ({medians[0]}).',
+        return message(en=f"\u201c{v_en}\u201d was faster than \u201c{o_en}\u201d in every run "
+                          f"({medians[0]}).",
                        zh=f"“{v_zh}”每一次都比“{o_zh}”快（{medians[1]}）。")
     if b.clearly_faster(a):
-        return message(en=f'"{v_en}" was slower than "{o_en}" in every run ({medians[0]}).',
+        return message(en=f"\u201c{v_en}\u201d was slower than \u201c{o_en}\u201d in every run "
+                          f"({medians[0]}).",
                        zh=f"“{v_zh}”每一次都比“{o_zh}”慢（{medians[1]}）。")
-    return message(en=f'"{v_en}" and "{o_en}": the ranges overlap ({medians[0]}), '
-                      f"no clear difference.",
+    return message(en=f"\u201c{v_en}\u201d and \u201c{o_en}\u201d: the ranges overlap "
+                      f"({medians[0]}), no clear difference.",
                    zh=f"“{v_zh}”与“{o_zh}”的范围重叠（{medians[1]}），看不出差别。")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import io
 import math
+import re
 import sys
 import time
 from collections.abc import Collection, Sequence
@@ -454,9 +455,12 @@ def aligned_left(i: int, left: int | Collection[int]) -> bool:
 
 
 def signed(value: float, spec: str = "+.1f") -> str:
-    """``value`` formatted by ``spec`` (e.g. ``"+.1%"``), a negative one with a true minus
-    sign (U+2212) rather than a hyphen: ``signed(-0.033, "+.1%")`` is ``"−3.3%"``. A value
-    that rounds to zero carries no sign: ``signed(-0.0004, "+.1%")`` is ``"0.0%"``."""
+    """``value`` formatted by ``spec`` (e.g. ``"+.1%"``, or ``"~3"`` for three significant
+    digits, as :func:`significant`), a negative one with a true minus sign (U+2212) rather
+    than a hyphen: ``signed(-0.033, "+.1%")`` is ``"−3.3%"``. A value that rounds to zero
+    carries no sign: ``signed(-0.0004, "+.1%")`` is ``"0.0%"``."""
+    if spec.startswith("~"):
+        return _unsigned_zero(significant(value, int(spec[1:]))).replace("-", "\u2212")
     return _unsigned_zero(format(value, spec)).replace("-", "\u2212")
 
 
@@ -518,11 +522,26 @@ def formatted(value: Any, fmt: str = "") -> str:
         return format(value, fmt)
     if value == 0 and (fmt.endswith(("e", "E", "f", "F")) or fmt.startswith("~")):
         return "0"  # an exact zero, not 0.00 or 0.0e+00
+    if math.isfinite(value) and fmt.endswith(("f", "F")):
+        below = _below_last_digit(value, fmt)
+        if below:
+            return below
     text = _unsigned_zero(significant(value, int(fmt[1:])) if fmt.startswith("~")
                           else format(value, fmt))
     if text.startswith("-"):
         text = "\u2212" + text[1:]  # a true minus sign, as in the prose
     return text
+
+
+def _below_last_digit(value: float, fmt: str) -> str:
+    """For a fixed-point ``fmt`` with n decimals: "<0.01" (n = 2) for a positive value that
+    would print as all zeros, ">−0.01" for such a negative one, and "" otherwise."""
+    match = re.search(r"\.(\d+)[fF]$", fmt)
+    decimals = int(match.group(1)) if match else 6
+    if any(c in "123456789" for c in format(value, fmt).split("e")[0]):
+        return ""
+    step = format(10.0 ** -decimals, f".{decimals}f")
+    return f"<{step}" if value > 0 else f">\u2212{step}"
 
 
 def _cells(columns, rows, formats, lang: str | None) -> tuple[list[str], list[list[str]]]:

@@ -79,6 +79,16 @@ def test_format_specs_work_as_in_an_f_string(tmp_path, monkeypatch):
     assert catalogue.fields("{w:{width}} {a.b} {c[0]}") == {"w", "width", "a", "c"}
 
 
+def test_the_tilde_spec_gives_significant_digits_without_an_exponent(monkeypatch):
+    """A GPU's 3,350 GB/s reads 3,350, not 3.35e+03 as ``.3g`` would print it."""
+    monkeypatch.setattr(catalogue, "_chapter", lambda chapter: {
+        "k": {"en": "{a:~3} and {b:~3} GB/s", "zh": "{a:~2}，{b:~3}"}})
+    text = catalogue.say("c/k", a=3349.7, b=0.0123456)
+    assert text.en == "3,350 and 0.0123 GB/s" and text.zh == "3,350，0.0123"
+    text = catalogue.say("c/k", a=0.0, b=-0.00310)
+    assert text.en == "0 and \u22120.00310 GB/s"
+
+
 def test_bad_keys_and_missing_values_say_what_to_do():
     with pytest.raises(KeyError, match="<chapter>/<name>"):
         catalogue.say("no-slash")

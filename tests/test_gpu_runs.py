@@ -109,6 +109,9 @@ def test_figures_are_checked_when_they_are_given(records):
         gpu_runs.table("demo", False, [(Text("a", "甲"), "text", ".2f")])
     with pytest.raises(ValueError, match="label, value"):
         gpu_runs.table("demo", False, [(Text("a", "甲"),)])
+    with pytest.raises(ValueError, match="could not convert"):
+        gpu_runs.table("demo", False, [(Text("a", "甲"), "text", "~3")])
+    gpu_runs.table("demo", False, [(Text("a", "甲"), 1523.7, "~3")])  # 1,524, no exponent
 
 
 def test_the_shipped_records_are_complete_and_name_their_source():

@@ -516,14 +516,18 @@ def test_negative_numbers_carry_a_true_minus_sign_in_tables_and_sentences():
 
 
 def test_an_exact_zero_in_an_exponent_column_is_written_0():
-    """0.0e+00 and 0.00 read as rounded values; an exact zero prints 0, a tiny one keeps its
-    format (without a sign), and the others keep theirs."""
-    from d2l_ext.utils import text_table
+    """0.0e+00 and 0.00 read as rounded values; an exact zero prints 0, a tiny non-zero one
+    in fixed point says it lies below the last digit ("<0.01", ">−0.01"), and the others
+    keep their format."""
+    from d2l_ext.utils import formatted, text_table
 
     table = text_table(["a", "b"], [[0.0, 0.0], [0, 1e-300], [-0.0, -1e-300], [1.0, 3.0]],
                        [".1e", ".2f"])
-    assert table.cells == (("0", "0"), ("0", "0.00"), ("0", "0.00"), ("1.0e+00", "3.00"))
+    assert table.cells == (("0", "0"), ("0", "<0.01"), ("0", ">\u22120.01"), ("1.0e+00", "3.00"))
     assert text_table(["a"], [[1e-300]], [".1e"]).cells == (("1.0e-300",),)
+    assert [formatted(v, f) for v, f in ((0.004, ".2f"), (0.005001, ".2f"), (0.04, ",.1f"),
+                                         (0.4, ".0f"), (-0.0004, "+.3f"), (2e-7, "f"))] == \
+        ["<0.01", "0.01", "<0.1", "<1", ">\u22120.001", "<0.000001"]
 
 
 def test_a_placeholder_string_in_a_column_of_numbers_is_left_as_it_is():
