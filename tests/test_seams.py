@@ -45,7 +45,10 @@ except ValueError as err:
 
 def test_magics_and_shell_lines_are_not_python():
     assert seams.python_of("%%writefile lab.py\nimport os") == ""
-    assert seams.python_of("%matplotlib inline\n!pip install x\nimport os") == "\n\nimport os"
+    assert seams.python_of("%matplotlib inline\n!pip install x\nimport os") == \
+        "pass\npass\nimport os"
+    inside = seams.python_of("if missing:\n    %pip install -q x\nimport x")
+    assert inside == "if missing:\n    pass\nimport x" and seams.names_in(inside)
 
 
 def _chapter(*cells: Cell) -> Chapter:
@@ -83,3 +86,18 @@ def test_the_command_reports_every_section_of_a_real_chapter():
     bad = subprocess.run([sys.executable, str(ROOT / "tools" / "book.py"), "seams", "nope"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no chapter named 'nope'" in bad.stderr
+
+
+def test_every_tab_of_every_page_is_one_a_reader_can_finish():
+    """No English page holds more than about 6,000 words of prose for one framework's tab
+    (6,200 with the margin of a page that grows by a paragraph): a longer one is split into
+    section pages (``book.py seams`` shows where). The Chinese edition says the same."""
+    from pipeline import sources
+
+    too_long = {}
+    for chapter in sources.chapters("en"):
+        for framework in ("torch", "mxnet"):
+            words = sum(part.words for part in seams.sections(chapter, framework))
+            if words > 6200:
+                too_long[f"{chapter.name} ({framework})"] = words
+    assert not too_long, f"split these pages into section pages: {too_long}"

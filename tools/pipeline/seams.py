@@ -34,11 +34,13 @@ class Section:
 
 
 def python_of(cell_source: str) -> str:
-    """A code cell's Python: IPython's magics and shell lines dropped (a ``%%`` cell magic,
+    """A code cell's Python: IPython's magics and shell lines made ``pass`` at their own
+    indentation, so that a block holding only a magic stays a block (a ``%%`` cell magic,
     such as ``%%writefile``, makes the whole cell no Python of the notebook's own)."""
     if cell_source.lstrip().startswith("%%"):
         return ""
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line
+    return "\n".join(line[:len(line) - len(line.lstrip())] + "pass"
+                     if line.lstrip().startswith(("%", "!")) else line
                      for line in cell_source.splitlines())
 
 
