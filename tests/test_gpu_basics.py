@@ -300,13 +300,13 @@ def test_the_roofline_reads_each_point_against_its_own_rounds_roof():
     assert added["share"] == pytest.approx(0.9) and added["share_high"] == pytest.approx(0.9)
     assert added["rate"] / added["roof"] == pytest.approx(0.45)  # a median against the best
     assert drifting["roof_drifted"] and (drifting["roof_low"], drifting["roof_high"]) == (30, 60)
-    assert "moved between the rounds, from 30 to 60 GB/s" in drifting["roof_spread_text"].en
+    assert "moved between the rounds, from 30.0 to 60.0 GB/s" in drifting["roof_spread_text"].en
     assert drifting["beyond_roof"].en.startswith("No memory-bound point")
 
     still_above = _roofline_with({"copy": 30e9, "sum": 60e9}, [(*ADD, 1.3), (*MV, 0.5)], drift)
     beyond = still_above["beyond_roof"].en
     assert "`x + y` (a median 130% of its round's roof)" in beyond
-    assert "cannot tell which" in beyond and "from 30 to 60 GB/s" in beyond
+    assert "cannot tell which" in beyond and "from 30.0 to 60.0 GB/s" in beyond
 
 
 def test_a_round_in_which_everything_slowed_is_a_disturbance_not_a_bandwidth():
