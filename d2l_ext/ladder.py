@@ -985,6 +985,28 @@ class TargetRun:
     #: whether the compiler's counters moved in its warm-up (``False`` for a compiled rung
     #: that reused code compiled earlier in the process)
     compiled: bool = False
+    #: how much as many steady steps as the warm-up took varied between the timed chunks
+    #: (their slowest minus their fastest per-step time, times the warm-up's steps): step
+    #: jitter and drift together; a one-off cost no larger than that cannot be told apart
+    drift: float = 0.0
+
+
+def one_off_said(run: TargetRun) -> Text:
+    """The clause after a target run's training time that says its one-off cost: none to
+    speak of, none beyond the steady steps' drift, the cost, or a warm-up that ran faster."""
+    if abs(run.one_off) < 0.05:  # prints as 0.0 s either way
+        return message(en=", with no one-off cost to speak of", zh="，一次性开销可以忽略")
+    if abs(run.one_off) <= run.drift:
+        beyond = utils.signed(run.one_off, "+.1f")
+        return message(en=f"; warm-up minus as many steady steps: {beyond} s, within the steady "
+                          f"steps' own variation ({run.drift:.1f} s), so no one-off cost showed",
+                       zh=f"；预热与同样步数的稳态训练相差 {beyond} 秒，没有超出稳态训练自身的"
+                          f"波动（{run.drift:.1f} 秒），看不出一次性开销")
+    if run.one_off > 0:
+        return message(en=f" + {run.one_off:.1f} s one-off",
+                       zh=f"，另加一次性开销 {run.one_off:.1f} 秒")
+    return message(en=f"; its warm-up took {-run.one_off:.1f} s less than as many steady steps",
+                   zh=f"；它的预热比同样步数的稳态训练还少用 {-run.one_off:.1f} 秒")
 
 
 def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.device,
@@ -1013,6 +1035,7 @@ def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.d
                 compiled = bool(_moved(before, compiler_events()))
                 chunk = max(1, round(runner.steps_per_epoch * every))
                 done, timed, timed_steps, acc = warm_steps, 0.0, 0, 0.0
+                rates = []  # each chunk's seconds per step
                 limit = max_epochs * runner.steps_per_epoch
                 train_acc = float("nan")
                 while timed_steps == 0 or done < limit:
@@ -1024,7 +1047,9 @@ def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.d
                     for _ in range(these):
                         runner.step()
                     d2l.synchronize(device)
-                    timed += time.perf_counter() - start
+                    took = time.perf_counter() - start
+                    timed += took
+                    rates.append(took / these)
                     timed_steps += these
                     done += these
                     train_acc = runner.train_accuracy(since=before)
@@ -1036,23 +1061,14 @@ def time_to_target(rungs: Sequence[Rung], chosen: Sequence[int], device: torch.d
             one = TargetRun(rung.title, seed, acc >= target, acc, done / runner.steps_per_epoch,
                             timed + warm_steps * per_step,
                             warm_seconds - warm_steps * per_step, done,
-                            train_acc, debiased, compiled)
+                            train_acc, debiased, compiled,
+                            warm_steps * (max(rates) - min(rates)))
             runner._batches = None
             out.append(one)
             if verbose:
                 state_en = "reached" if one.reached else "did not reach"
                 state_zh = "达到" if one.reached else "没有达到"
-                if abs(one.one_off) < 0.05:  # prints as 0.0 s either way
-                    extra = message(en=", with no one-off cost to speak of",
-                                    zh="，一次性开销可以忽略")
-                elif one.one_off > 0:
-                    extra = message(en=f" + {one.one_off:.1f} s one-off",
-                                    zh=f"，另加一次性开销 {one.one_off:.1f} 秒")
-                else:  # the warm-up ran no slower than the steady steps
-                    extra = message(en=f"; its warm-up took {-one.one_off:.1f} s less than as "
-                                       "many steady steps",
-                                    zh=f"；它的预热比同样步数的稳态训练还少用 "
-                                       f"{-one.one_off:.1f} 秒")
+                extra = one_off_said(one)
                 print(message(
                     en=f"{one.name.en}, seed {seed}: {state_en} {target} ({acc:.3f}) after "
                        f"{one.epochs:.2f} epochs, {one.steady:.1f} s of training{extra.en}",

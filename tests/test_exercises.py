@@ -206,11 +206,11 @@ def test_tuning_versus_follows_the_ranges():
     from d2l_ext.utils import Timing
 
     fast, slow, between = Timing((1.0, 1.1, 1.2)), Timing((2.0, 2.1, 2.2)), Timing((1.1, 1.6, 2.1))
-    assert versus("a", fast, "b", slow).en.startswith('"a" was faster than "b" in every run')
-    assert "(1.91× as fast by the medians)" in versus("a", fast, "b", slow).en  # 2.1 / 1.1
-    assert versus("a", slow, "b", fast).en.startswith('"a" was slower than "b" in every run')
+    assert versus("a", fast, "b", slow).en.startswith("“a” was faster than “b” in every run")
+    assert "(by the medians, the first ran 1.91× as fast)" in versus("a", fast, "b", slow).en
+    assert versus("a", slow, "b", fast).en.startswith("“a” was slower than “b” in every run")
     # the slower first: how much longer it took, never "0.52× as fast"
-    assert "(1.91× the time by the medians)" in versus("a", slow, "b", fast).en
+    assert "(by the medians, the first took 1.91× as long)" in versus("a", slow, "b", fast).en
     assert "用时是后者的 1.91 倍" in versus("a", slow, "b", fast).zh
     assert "no clear difference" in versus("a", between, "b", slow).en
     assert "no clear difference" in versus("a", fast, "b", between).en
@@ -387,13 +387,15 @@ def test_the_race_to_the_target_says_who_reached_it(lang, debiased):
     from d2l_ext import ladder
     from d2l_ext.i18n import Text
 
-    def run(name, seed, reached, steady, one_off=1.5, compiled=False):
+    def run(name, seed, reached, steady, one_off=1.5, compiled=False, drift=0.0):
         return ladder.TargetRun(Text(name, name + "（中）"), seed, reached, 0.9 if reached else
-                                0.6, 2.0, steady, one_off, compiled=compiled)
+                                0.6, 2.0, steady, one_off, compiled=compiled, drift=drift)
 
     runs = [run("d2l's loop", 0, True, 30.0), run("d2l's loop", 1, True, 34.0),
             run("compiled", 0, True, 8.0, 0.0), run("compiled", 1, True, 8.0, 0.0),
             run("again", 0, True, 8.0, 0.5, compiled=True), run("again", 1, True, 8.0, 0.5),
+            run("drifty", 0, True, 7.0, 0.3, drift=0.4),
+            run("drifty", 1, True, 7.0, 0.3, drift=0.4),
             run("top", 0, True, 6.0), run("top", 1, False, 9.0)]
     big = ladder.TargetRun(Text("batch 128", "批量 128"), 0, False, 0.088, 4.0, 17.0, 0.0,
                            32, 0.95, debiased)  # trained, but its test accuracy lags
@@ -404,10 +406,14 @@ def test_the_race_to_the_target_says_who_reached_it(lang, debiased):
                            measured=measured)
     says = names["race_says"]
     assert "“d2l's loop” took 32.0 s of training (median), plus 1.5 s one-off." in says.en
-    assert ("“compiled” took 8.0 s of training (median), plus 0.0 s one-off, since it reused "
-            "the code this process compiled for the ladder above, whose first compilation cost "
-            "2.0 s.") in says.en
-    assert "而那次首次编译的一次性开销是 2.0 秒" in says.zh
+    assert ("“compiled” took 8.0 s of training (median) and showed no one-off cost (warm-up "
+            "minus as many steady steps: 0.0 s; the steady steps' own variation: 0.0 s), since "
+            "it reused the code this process compiled for the ladder above, whose first "
+            "compilation cost 2.0 s.") in says.en
+    assert ("“drifty” took 7.0 s of training (median); its warm-up took 0.3 s more than as "
+            "many steady steps, within the steady steps' own variation (0.4 s), so no one-off "
+            "cost showed.") in says.en
+    assert "而这些代码首次编译的一次性开销是 2.0 秒" in says.zh
     assert "“again” took 8.0 s of training (median), plus 0.5 s one-off. " in says.en
     assert "“top” reached 0.9 in 1 of 2 runs (best 0.900). “batch 128”" in says.en
     assert "“top（中）”在 2 次运行中只有 1 次达到 0.9" in says.zh
@@ -422,7 +428,7 @@ def test_the_race_to_the_target_says_who_reached_it(lang, debiased):
     assert ("the initial statistics are not what held it back" in says.en) != held
     assert f"{debiased:.3f} (seed 0)" in says.en and f"{debiased:.3f}（种子 0）" in says.zh
     assert ("拖住测试准确率的正是初始统计量" in says.zh) == held
-    assert "滑动统计量" in says.zh and "；" not in says.zh.split("不过")[0]
+    assert "滑动统计量" in says.zh and "；" not in says.zh.split("“批量 128”")[1].split("不过")[0]
     assert "Yet" not in says.en.split("“batch 128”")[0]  # only the rung that trained
     short = names["race_short"]  # the quick answer: a sentence per rung, with the reason
     if held:  # the one-clause reason the body proves
