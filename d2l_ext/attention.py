@@ -340,6 +340,30 @@ def attention_peaks(lengths: Iterable[int],
     return found
 
 
+def cpu_flash_bytes(s: int, d: int = 64, *, batch_heads: int = 1, threads: int | None = None,
+                    item: int = 4, s_kv: int | None = None) -> dict[str, int]:
+    """The bytes PyTorch's CPU flash attention (``scaled_dot_product_attention``'s
+    ``flash`` backend on a CPU, ``cpu_flash_attention`` in
+    aten/src/ATen/native/cpu/FlashAttentionKernel.cpp) allocates for a forward pass:
+    ``output`` (batch·heads·s·d elements of ``item`` bytes), ``logsumexp`` (one float32 per
+    query row) and ``blocks``, each thread's work buffer in float32: a block of scores
+    (q × kv), its row maxima and sums (2q) and a block of output (q × d), plus, for 16-bit
+    inputs, the block of scores in that type. The query block q is 32 rows, 64 from 192
+    queries on and 256 from 768 on (capped at s); the key block kv is 512 (capped at s_kv).
+    Without oneDNN's packing, which the pinned kernel uses only for float16 on CPUs that
+    support it (AMX-FP16), with 4 heads or more: it pads the blocks, and its reordered K and
+    V live outside PyTorch's allocator."""
+    if s < 1 or d < 1 or batch_heads < 1 or item not in (2, 4):
+        raise ValueError("s, d and batch_heads are positive; item is 4 (float32) or 2 (16-bit)")
+    s_kv = s if s_kv is None else s_kv
+    threads = torch.get_num_threads() if threads is None else threads
+    q = min(s, 256 if s >= 768 else 64 if s >= 192 else 32)
+    kv = min(s_kv, 512)
+    per_thread = 4 * (q * kv + 2 * q + q * d) + (item * q * kv if item == 2 else 0)
+    return {"output": batch_heads * s * d * item, "logsumexp": batch_heads * s * 4,
+            "blocks": threads * per_thread, "q_block": q, "kv_block": kv, "threads": threads}
+
+
 # ---------------------------------------------------------------------- FlexAttention
 def causal_mask(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor,
                 kv_idx: torch.Tensor) -> torch.Tensor:

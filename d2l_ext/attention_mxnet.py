@@ -69,6 +69,8 @@ def attention_peak(counter: StorageCounter, fn: Callable, q, k, v, *args,
     With ``backward``, q, k and v get gradient arrays (before the measurement), the forward
     pass is recorded and the backward pass runs from ``out.backward()`` (a gradient of
     ones)."""
+    if calls < 1:
+        raise ValueError(f"calls must be at least 1, not {calls}")
     if backward:
         for t in (q, k, v):
             if t.grad is None:
@@ -84,8 +86,6 @@ def attention_peak(counter: StorageCounter, fn: Callable, q, k, v, *args,
         quiet = quiet + 1 if counter.read().current <= before else 0
         if quiet >= _temp_copies():
             break
-    if calls < 1:
-        raise ValueError(f"calls must be at least 1, not {calls}")
     found = []  # (forward peak, kept after the forward pass, backward peak) per call
     for _ in range(calls):
         before = counter.read().current

@@ -65,7 +65,9 @@ def count_memory() -> Iterator[MemoryCount]:
     """Count, while the block runs, the bytes that Triton kernels running in the interpreter
     load and store: the elements each ``tl.load``/``tl.store`` requests (its mask's true
     elements) times their size. An element loaded twice, or broadcast to many lanes, counts
-    each time (on a GPU, caches may serve the repeats); atomic operations are not counted.
+    each time (on a GPU, caches may serve the repeats); atomic read-modify-write and
+    compare-and-swap are not counted (atomic loads and stores are: the interpreter runs them
+    as masked loads and stores).
     Raises where Triton compiles kernels instead (on a GPU, use a profiler), and when no
     kernel ran in the interpreter inside the block."""
     if not _interpreting():

@@ -276,3 +276,55 @@ def saved_terms(saved: Iterable[Saved]) -> dict[str, int]:
         else:
             add("other", t)
     return terms
+
+
+def recomputed_time(forward, keep: Iterable, seq: int, device="cpu",
+                    steps: int = 3) -> dict[str, float]:
+    """Where a forward pass's time goes, for a recomputation policy that saves the outputs
+    of the operators ``keep`` (``torch.ops.aten.addmm.default``, ...) and recomputes the rest.
+
+    Runs ``forward()`` once unmeasured and ``steps`` times under ``torch.profiler``, without
+    autograd, and sums the operators' self time (CPU time on a CPU, their kernels' time on a
+    GPU) per call, in seconds: ``kept`` (the operators of ``keep``), ``products`` (batched
+    products, ``aten::bmm``: attention's QKᵀ and PV), ``square`` (the other operators with an
+    input of shape (batch, heads, ``seq``, ``seq``): mask, softmax, dropout of the scores;
+    activations of shape (batch, seq, d) never count, even where d equals seq) and ``rest``
+    (building the mask included); and
+    ``total``. What the policy recomputes is ``total - kept``."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, not {steps}")
+    device = torch.device(device)
+    kept_names = {str(op._schema.name) if hasattr(op, "_schema") else str(op) for op in keep}
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with torch.no_grad():
+        forward()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        with profile(activities=activities, record_shapes=True) as prof:
+            for _ in range(steps):
+                forward()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+    found = dict.fromkeys(("kept", "products", "square", "rest"), 0.0)
+    for event in prof.events():
+        if event.device_type != DeviceType.CPU or event.is_async:
+            continue
+        us = (event.self_device_time_total if device.type == "cuda"
+              else event.self_cpu_time_total)
+        if event.name in kept_names:
+            kind = "kept"
+        elif event.name == "aten::bmm":
+            kind = "products"
+        elif any(len(shape) >= 4 and tuple(shape[-2:]) == (seq, seq)
+                 for shape in event.input_shapes or () if isinstance(shape, list)):
+            kind = "square"
+        else:
+            kind = "rest"
+        found[kind] += us / 1e6 / steps
+    found["total"] = sum(found.values())
+    return found

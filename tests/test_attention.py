@@ -258,3 +258,32 @@ def test_flex_has_no_backward_on_a_cpu():
     q, k, v = qkv(8, b=1, h=1)
     message = at.flex_backward_error(q, k, v)
     assert message is not None and "does not support backward on CPU" in message
+
+
+@pytest.mark.parametrize("s, heads, d, dtype, threads", [
+    (100, 1, 64, torch.float32, 2), (256, 2, 48, torch.float32, 1),
+    (800, 1, 32, torch.float32, 2), (300, 1, 64, torch.bfloat16, 2)])
+def test_cpu_flash_bytes_counts_sdpa_s_forward_peak_exactly(s, heads, d, dtype, threads):
+    """The CPU flash kernel's output, log-sum-exp and per-thread blocks are its whole peak,
+    at each of its three query-block sizes, any thread count, and in 16-bit."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        sdpa = {"sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)}
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            peak = at.attention_peaks([s], sdpa, heads=heads, d=d, dtype=dtype)
+        counted = at.cpu_flash_bytes(s, d, batch_heads=heads,
+                                            item=torch.finfo(dtype).bits // 8)
+    finally:
+        torch.set_num_threads(before)
+    assert counted["threads"] == threads
+    assert peak["sdpa"][0].forward_peak == (counted["output"] + counted["logsumexp"]
+                                            + counted["blocks"])
+
+
+def test_cpu_flash_bytes_refuses_what_it_cannot_count():
+    with pytest.raises(ValueError, match="item is 4"):
+        at.cpu_flash_bytes(128, item=8)
+    with pytest.raises(ValueError, match="positive"):
+        at.cpu_flash_bytes(0)
+    assert at.cpu_flash_bytes(1000, threads=3)["q_block"] == 256

@@ -99,3 +99,13 @@ def test_peaks_grow_quadratically_naive_not_tiled(measured):
     assert tiled[1] / tiled[0] < 6
     assert naive[1] > 2 * 2 * 256 * 256 * 4 > tiled[1]
     assert "'naive' or 'tiled'" in measured["refused"]
+
+
+def test_attention_peak_refuses_zero_calls_before_it_calls_anything():
+    from d2l_ext import attention_mxnet
+
+    calls = []
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="calls must be at least 1"):
+        attention_mxnet.attention_peak(None, lambda *a: calls.append(1), q, k, v, calls=0)
+    assert calls == []

@@ -259,3 +259,31 @@ def test_saved_terms_file_the_math_paths_safe_softmax_under_softmax():
     node is SafeSoftmaxBackward: its output is the softmax's, not "other"."""
     terms, _ = _block_terms(dropout=0.1, s=32, how="sdpa")
     assert terms["softmax output"] > 0 and terms["other"] < 100
+
+
+def test_recomputed_time_sorts_a_forward_pass_by_what_a_policy_keeps():
+    """Linear layers' products are kept; a softmax over s × s scores is ``square``; a batched
+    product is ``products``; what is left is ``rest``; the kinds add up to the total."""
+    from d2l_ext import transformer as tx
+
+    torch.manual_seed(0)
+    s, d = 48, 16
+    x, w = torch.randn(3, s, d), torch.randn(d, d)
+
+    def forward():
+        h = torch.nn.functional.linear(x, w, torch.zeros(d))  # addmm on a 2-D view
+        scores = torch.bmm(h, h.transpose(1, 2)).view(3, 1, s, s)  # (batch, heads, s, s)
+        return torch.bmm(scores.softmax(-1).view(3, s, s), h) + 1.0
+
+    shares = tx.recomputed_time(forward, {torch.ops.aten.addmm.default,
+                                          torch.ops.aten.mm.default}, s, steps=2)
+    assert set(shares) == {"kept", "products", "square", "rest", "total"}
+    assert shares["kept"] > 0 and shares["products"] > 0 and shares["square"] > 0
+    assert shares["rest"] > 0
+    assert shares["total"] == pytest.approx(sum(v for k, v in shares.items() if k != "total"))
+    wide = torch.randn(2, s, s)  # activations as wide as the sequence is long: not scores
+    assert tx.recomputed_time(lambda: wide + wide, (), s, steps=1)["square"] == 0
+    nothing_kept = tx.recomputed_time(forward, (), s, steps=1)
+    assert nothing_kept["kept"] == 0
+    with pytest.raises(ValueError, match="at least 1"):
+        tx.recomputed_time(forward, (), s, steps=0)
