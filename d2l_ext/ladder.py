@@ -1000,8 +1000,9 @@ def one_off_said(run: TargetRun) -> Text:
         beyond = utils.signed(run.one_off, "+.1f")
         return message(en=f"; warm-up minus as many steady steps: {beyond} s, within the steady "
                           f"steps' own variation ({run.drift:.1f} s), so no one-off cost showed",
-                       zh=f"；预热与同样步数的稳态训练相差 {beyond} 秒，没有超出稳态训练自身的"
-                          f"波动（{run.drift:.1f} 秒），看不出一次性开销")
+                       zh=f"；预热比同样步数的稳态训练{'多' if run.one_off > 0 else '少'}用 "
+                          f"{abs(run.one_off):.1f} 秒，没有超出稳态训练自身的波动"
+                          f"（{run.drift:.1f} 秒），看不出一次性开销")
     if run.one_off > 0:
         return message(en=f" + {run.one_off:.1f} s one-off",
                        zh=f"，另加一次性开销 {run.one_off:.1f} 秒")

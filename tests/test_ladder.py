@@ -805,7 +805,7 @@ def test_time_to_target_never_trains_past_its_epochs(monkeypatch):
     (0.02, 0.0, "no one-off cost to speak of", "可以忽略"),
     (0.3, 0.4, "warm-up minus as many steady steps: +0.3 s, within the steady steps' own "
      "variation (0.4 s)", "没有超出稳态训练自身的波动（0.4 秒）"),
-    (-0.2, 0.5, "minus as many steady steps: \u22120.2 s, within the", "相差 \u22120.2 秒"),
+    (-0.2, 0.5, "minus as many steady steps: \u22120.2 s, within the", "少用 0.2 秒"),
     (0.8, 0.4, " + 0.8 s one-off", "另加一次性开销 0.8 秒"),
     (-0.9, 0.4, "took 0.9 s less than as many steady steps", "还少用 0.9 秒")])
 def test_a_one_off_cost_is_reported_only_above_the_steady_steps_drift(one_off, drift, en, zh):
