@@ -129,8 +129,10 @@ def _figures(figures: Sequence[tuple]) -> list[Figure]:
         text, value, fmt = (*item, "") if len(item) == 2 else item
         if not isinstance(text, Text):
             raise TypeError(f"label a figure with d2l.message(en=..., zh=...), not {text!r}")
-        # a wrong format fails here, not in a later run's table
-        formatted(float(value), fmt) if fmt.startswith("~") else format(value, fmt)
+        if fmt.startswith("~"):  # a wrong format fails here, not in a later run's table
+            formatted(float(value), fmt)
+        else:
+            format(value, fmt)
         kept.append(Figure(text.en, text.zh, value, fmt))
     labels = [f.en for f in kept]
     if len(set(labels)) != len(labels):

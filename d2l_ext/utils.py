@@ -460,7 +460,7 @@ def signed(value: float, spec: str = "+.1f") -> str:
     than a hyphen: ``signed(-0.033, "+.1%")`` is ``"−3.3%"``. A value that rounds to zero
     carries no sign: ``signed(-0.0004, "+.1%")`` is ``"0.0%"``."""
     if spec.startswith("~"):
-        return _unsigned_zero(significant(value, int(spec[1:]))).replace("-", "\u2212")
+        return formatted(value, spec)
     return _unsigned_zero(format(value, spec)).replace("-", "\u2212")
 
 
@@ -511,8 +511,10 @@ def text_table(columns: Sequence[str], rows: Sequence[Sequence], formats: Sequen
 def formatted(value: Any, fmt: str = "") -> str:
     """``value`` as a table cell or a figure prints it: ``format(value, fmt)``, or three
     significant digits for ``fmt="~3"``; an exact zero as "0" in a fixed-point, exponent or
-    significant-digit format, a value that rounds to zero without a sign, a true minus
-    sign (U+2212) rather than a hyphen, and a string in a column of numbers ("–") as it is."""
+    significant-digit format, a non-zero value that a fixed-point format would print as
+    zero as "<0.01" (">−0.01"), another value that rounds to zero without a sign, a true
+    minus sign (U+2212) rather than a hyphen, and a string in a column of numbers ("–") as
+    it is."""
     if isinstance(value, str) and fmt:
         try:
             return format(value, fmt)
