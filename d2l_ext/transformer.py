@@ -235,12 +235,12 @@ def saved_terms(saved: Iterable[Saved]) -> dict[str, int]:
     term (:data:`FORMULA_TERMS`) or by what the formula leaves out (:data:`EXTRA_TERMS`).
 
     A tensor is put in a term by the node that saved it: a LayerNorm's input and its mean
-    and reciprocal deviation; a linear layer's input (``mat1``; under autocast its ``mat2``
-    is a copy of the weight in the lower precision); the attention products' operands
-    (the probabilities' product with V saves the probabilities, which after dropout are the
-    dropout's output); a dropout's mask (a multiplication by a scaled mask on a CPU,
-    ``native_dropout``'s boolean mask on a GPU), 4-D inside attention; the fused attention's
-    inputs, output and log-sum-exp."""
+    and reciprocal deviation; a linear layer's input (``mat1``, or ``self`` for a layer
+    without bias; under autocast its ``mat2`` is a copy of the weight in the lower
+    precision); the attention products' operands (the probabilities' product with V saves
+    the probabilities, which after dropout are the dropout's output); a dropout's mask (a
+    multiplication by a scaled mask on a CPU, ``native_dropout``'s boolean mask on a GPU),
+    4-D inside attention; the fused attention's inputs, output and log-sum-exp."""
     terms = dict.fromkeys([*FORMULA_TERMS, *EXTRA_TERMS], 0)
 
     def add(term: str, t: Saved) -> None:
@@ -254,8 +254,8 @@ def saved_terms(saved: Iterable[Saved]) -> dict[str, int]:
         if node == "NativeLayerNormBackward":
             add("LayerNorm inputs" if attr == "_saved_input" else "LayerNorm statistics", t)
         elif node in ("AddmmBackward", "MmBackward"):
-            add("linear-layer inputs" if attr == "_saved_mat1" else "weight copies (autocast)",
-                t)
+            add("linear-layer inputs" if attr in ("_saved_mat1", "_saved_self")
+                else "weight copies (autocast)", t)
         elif node == "BmmBackward":  # q·kᵀ, then probabilities·v, in every layer
             second = bmm_steps.index(t.step) % 2 == 1
             add("attention dropout output" if second and attr == "_saved_self"

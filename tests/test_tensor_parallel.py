@@ -149,3 +149,28 @@ def test_ring_bytes_per_collective():
     assert collectives.ring_bytes("all_reduce", 1000, 1) == 0
     with pytest.raises(ValueError, match="kind is one of"):
         collectives.ring_bytes("broadcast", 1000, 4)
+
+
+def _kept(rank: int, world: int, d: int, heads: int, batch: int, seq: int, sequence: bool):
+    """What one process of the split block keeps for its backward pass, by term."""
+    torch.manual_seed(0)
+    split = tp.ParallelBlock(transformer.Block(GPTConfig(d=d, heads=heads, seq=seq), "naive"),
+                             sequence)
+    x = torch.randn(batch, seq // world if sequence else seq, d, requires_grad=True)
+    return transformer.saved_terms(transformer.saved_by_node(split(x), exclude=[split]))
+
+
+@pytest.mark.parametrize("sequence", [False, True])
+def test_each_process_keeps_its_share_of_the_activations(sequence):
+    """Per process, in float32: the LayerNorm inputs whole under tensor parallelism and 1/k
+    under sequence parallelism; the inputs of the column-split layers whole (gathered), those
+    of the row-split layers 1/k; Q, K, V, the GELU input and the scores 1/k."""
+    k, d, heads, b, s = 2, 32, 4, 2, 8
+    kept = comm.spawn(_kept, k, d, heads, b, s, sequence, backend="gloo", threads=1)[0]
+    sbh = s * b * d * 4
+    assert kept["LayerNorm inputs"] == 2 * sbh // (k if sequence else 1)
+    assert kept["linear-layer inputs"] == 2 * sbh + 5 * sbh // k  # qkv, fc whole; proj, out
+    assert kept["Q, K and V"] == 3 * sbh // k
+    assert kept["GELU input"] == 4 * sbh // k
+    assert kept["softmax output"] == heads * s * s * b * 4 // k
+    assert kept["weight copies (autocast)"] == 0  # bias-less products save their input
