@@ -974,3 +974,60 @@ def _transformers_precision_2(answer: Any, run: dict) -> Text:
     return not_quite("the scale maps the largest magnitude onto E4M3's largest number, 448: "
                      "divide.",
                      "缩放因子把最大的绝对值映射到 E4M3 的最大值 448 上：做一次除法即可。")
+
+
+# ---------------------------------------------------------------- parallelism
+@exercise("parallelism", 1, "sent_per_gpu")
+def _parallelism_1(sent_per_gpu: Any, run: dict) -> Text:
+    payload = 4 * 1 * 4096 * 8192 * 2  # four all-reduces of b·s·d bfloat16 elements
+    sent = payload * 2 * 7 // 8  # a ring sends 2(k − 1)/k of it from each GPU
+    if near(sent_per_gpu, sent, 1):
+        return correct("four all-reduces (two forward, two backward) of 4,096 · 8,192 elements "
+                       "of 2 bytes are handed 268,435,456 bytes, and a ring sends 2(k − 1)/k = "
+                       "7/4 of that from each GPU: 469,762,048 bytes (448 MiB).",
+                       "四次全归约（前向两次、反向两次），每次 4,096 · 8,192 个 2 字节的元素，"
+                       "交给它们的共 268,435,456 字节；环形算法从每块 GPU 发送其中的 "
+                       "2(k − 1)/k = 7/4，即 469,762,048 字节（448 MiB）。")
+    if near(sent_per_gpu, payload, 1):
+        return close("that is what the all-reduces are handed; a ring sends a multiple of it "
+                     "from each GPU that depends on k.",
+                     "这是交给全归约的字节数；环形算法从每块 GPU 发送的是它的若干倍，"
+                     "倍数取决于 k。")
+    if near(sent_per_gpu, sent // 2, 1):
+        return close("count the backward pass too: it runs as many all-reduces as the forward "
+                     "pass.", "还要算上反向传播：它的全归约次数与前向传播一样多。")
+    if near(sent_per_gpu, 2 * sent, 1) or near(sent_per_gpu, 2 * payload, 1):
+        return close("bfloat16 has 2 bytes per element, and a ring sends 2(k − 1)/k of the "
+                     "payload, not twice it.",
+                     "bfloat16 每个元素 2 字节；环形算法发送的是数据量的 2(k − 1)/k，而不是两倍。")
+    return not_quite("count the all-reduces of a block in one step, the elements each is "
+                     "handed (b·s·d) and their bytes, then what a ring sends of that payload "
+                     "from each process.",
+                     "数一数一个块在一步中做几次全归约、每次交给它多少元素（b·s·d）、合多少字节，"
+                     "再算出环形算法中每个进程要发送这份数据的多大比例。")
+
+
+@exercise("parallelism", 2, "sequence_share")
+def _parallelism_2(sequence_share: Any, run: dict) -> Text:
+    extra = 5 * 96 * 2048 / 12288  # 5as/h = 80
+    tensor, sequence = 10 + 24 / 8 + extra / 8, (34 + extra) / 8  # 23 and 14.25, times sbh
+    if near(sequence_share, sequence / tensor, 0.005):
+        return correct("5as/h = 80; tensor parallelism leaves 10 + 24/8 + 80/8 = 23 (times "
+                       "sbh), sequence parallelism (34 + 80)/8 = 14.25: a share of about 0.62.",
+                       "5as/h = 80；张量并行剩下 10 + 24/8 + 80/8 = 23（乘以 sbh），"
+                       "序列并行剩下 (34 + 80)/8 = 14.25：比例约为 0.62。")
+    if near(sequence_share, tensor / sequence, 0.01):
+        return close("that is the ratio upside down: the sequence-parallel bytes over the "
+                     "tensor-parallel ones.",
+                     "比例颠倒了：应是序列并行的字节数除以张量并行的字节数。")
+    if near(sequence_share, 1 / 8, 0.005):
+        return close("that is sequence parallelism against the whole layer; compare it with "
+                     "the tensor-parallel layer.",
+                     "这是序列并行与完整层之比；要与张量并行的层相比。")
+    if near(sequence_share, tensor / (34 + extra), 0.005):
+        return close("that is tensor parallelism against the whole layer; the question asks "
+                     "for sequence parallelism against tensor parallelism.",
+                     "这是张量并行与完整层之比；题目问的是序列并行与张量并行之比。")
+    return not_quite("compute 5as/h first, then both expressions in units of sbh, and divide "
+                     "the sequence-parallel one by the tensor-parallel one.",
+                     "先算出 5as/h，再以 sbh 为单位算出两个式子，用序列并行的除以张量并行的。")

@@ -16,6 +16,8 @@ whole one. Dropout is not split: build the one-process block with ``dropout=0``.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -174,7 +176,8 @@ class ParallelBlock(nn.Module):
     returns this process's shard of the sequence: the LayerNorms and the residual additions
     run on the shard, an all-gather assembles the sequence before attention and the MLP, and
     a reduce-scatter, in place of the all-reduce, returns each process its shard of their
-    outputs. The LayerNorms' gradients are then partial: sum them over the processes."""
+    outputs. The gradients of the LayerNorms and of the two projections' biases are then
+    partial: sum them over the processes."""
 
     def __init__(self, block: transformer.Block, sequence: bool = False) -> None:
         super().__init__()
@@ -190,9 +193,7 @@ class ParallelBlock(nn.Module):
 
 
 def _copy_norm(norm: nn.LayerNorm) -> nn.LayerNorm:
-    copy = nn.LayerNorm(norm.normalized_shape, eps=norm.eps)
-    copy.load_state_dict(norm.state_dict())
-    return copy
+    return copy.deepcopy(norm)  # on the block's device, in its type
 
 
 def block_all_reduce_bytes(batch: int, seq: int, d: int, item: int, world: int,

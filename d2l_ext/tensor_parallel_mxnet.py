@@ -40,7 +40,7 @@ class ContextGroup:
         self.contexts = list(contexts)
         self.kv = mx.kv.create("device")
         self.traffic = Traffic()
-        self._keys = 0
+        self._keys: dict[tuple, str] = {}  # one kvstore key per shape and type, reused
 
     @property
     def size(self) -> int:
@@ -55,9 +55,11 @@ class ContextGroup:
                                  "there first (array.copyto(ctx))")
 
     def _sum(self, parts: Sequence[Any]) -> list[Any]:
-        key = f"sum{self._keys}"  # a key per call: a kvstore key keeps its first shape
-        self._keys += 1
-        self.kv.init(key, np.zeros(parts[0].shape, dtype=parts[0].dtype))
+        shape = (tuple(parts[0].shape), str(parts[0].dtype))
+        if shape not in self._keys:  # a kvstore key keeps the shape it was made with
+            self._keys[shape] = f"sum{len(self._keys)}"
+            self.kv.init(self._keys[shape], np.zeros(parts[0].shape, dtype=parts[0].dtype))
+        key = self._keys[shape]
         out = [np.zeros(parts[0].shape, dtype=parts[0].dtype, ctx=c) for c in self.contexts]
         self.kv.push(key, list(parts))
         self.kv.pull(key, out=out)

@@ -1253,6 +1253,33 @@ def test_transformers_precision_exercise_2_an_e4m3_scale_and_its_power_of_two():
     assert run(cell, "e4m3_scale, e4m3_power_of_two = None, 128").startswith("Exercise 2")
 
 
+def test_parallelism_exercise_1_the_bytes_a_gpu_sends_for_a_block():
+    """Four all-reduces of b·s·d bfloat16 elements, 7/4 of the payload sent on a ring of 8."""
+    cell = check_cell("parallelism", "exercise 1")
+    assert run(cell, "sent_per_gpu = 469_762_048").startswith("Correct")
+    assert run(cell, "sent_per_gpu = 4 * 4096 * 8192 * 2 * 7 / 4", "zh").startswith("正确")
+    assert "handed" in run(cell, "sent_per_gpu = 268_435_456")
+    assert "backward pass" in run(cell, "sent_per_gpu = 234_881_024")
+    assert "2 bytes" in run(cell, "sent_per_gpu = 939_524_096")
+    for wrong in (33_554_432, 1e9):
+        out = run(cell, f"sent_per_gpu = {wrong}")
+        assert out.startswith("Not quite") and "469,762,048" not in out
+    assert run(cell, "sent_per_gpu = None").startswith("Exercise 1")
+
+
+def test_parallelism_exercise_2_what_sequence_parallelism_leaves():
+    """(34 + 80)/8 over 10 + 24/8 + 80/8: 14.25/23, about 0.62."""
+    cell = check_cell("parallelism", "exercise 2")
+    assert run(cell, "sequence_share = 14.25 / 23").startswith("Correct")
+    assert run(cell, "sequence_share = 0.62", "zh").startswith("正确")
+    assert "upside down" in run(cell, "sequence_share = 23 / 14.25")
+    assert "whole layer" in run(cell, "sequence_share = 1 / 8")
+    assert "whole layer" in run(cell, "sequence_share = 23 / 114")
+    out = run(cell, "sequence_share = 0.9")
+    assert out.startswith("Not quite") and "0.62" not in out
+    assert run(cell, "sequence_share = None").startswith("Exercise 2")
+
+
 # ------------------------------------------------------------ the checks in d2l_ext.exercises
 CALL = re.compile(r'd2l\.check_exercise\(\s*"(?P<chapter>[\w-]+)",\s*(?P<number>\d+)')
 EXERCISES_HEADING = {"en": "## Exercises", "zh": "## 练习"}

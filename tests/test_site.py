@@ -652,6 +652,26 @@ def test_precision_page_shows_fp8_under_pytorch_and_amp_cast_under_mxnet(page, l
     assert page.errors == []
 
 
+@page_check("parallelism")
+def test_parallelism_page_splits_by_processes_under_pytorch_and_by_contexts_under_mxnet(page, lang):
+    """The PyTorch tab splits the MLP by hand in processes and counts what each keeps; the
+    MXNet tab splits it across contexts with the kvstore as the all-reduce, and shows no
+    parallelize_module."""
+    page.locator(".book-bar .fw-tab[data-fw=torch]").click()
+    by_hand = page.locator(".tag_torch", has_text="def mlp_forward_by_hand(mlp, x, rank,")
+    dtensor = page.locator(".tag_torch", has_text="parallelize_module(mlp, mesh,")
+    contexts = page.locator(".tag_mxnet", has_text="ys = [y + b2.copyto(y.ctx) for y in group")
+    assert by_hand.is_visible() and dtensor.is_visible() and not contexts.is_visible()
+    assert {"en": "with sequence parallelism, per process",
+            "zh": "加上序列并行，每个进程"}[lang] in page.content()
+    page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
+    assert contexts.is_visible() and not by_hand.is_visible() and not dtensor.is_visible()
+    kv_table = page.locator(".tag_mxnet", has_text="formula = block_all_reduce_bytes(batch")
+    assert {"en": "all-reduce (kvstore sum)", "zh": "全归约（kvstore 求和）"}[lang] in \
+        kv_table.inner_text()
+    assert page.errors == []
+
+
 @page_check("memory")
 def test_memory_page_shows_each_framework_its_own_counter(page, lang):
     """The PyTorch tab counts with d2l_ext.memory's Tracker and checkpoints the deep MLP; the

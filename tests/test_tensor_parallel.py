@@ -174,3 +174,16 @@ def test_each_process_keeps_its_share_of_the_activations(sequence):
     assert kept["GELU input"] == 4 * sbh // k
     assert kept["softmax output"] == heads * s * s * b * 4 // k
     assert kept["weight copies (autocast)"] == 0  # bias-less products save their input
+
+
+def _copied_norms(rank: int, world: int):
+    block = transformer.Block(GPTConfig(d=8, heads=2, seq=4)).to(torch.float64)
+    split = tp.ParallelBlock(block)
+    x = torch.randn(1, 4, 8, dtype=torch.float64)
+    return split.ln1.weight.dtype, (split(x) - block(x)).abs().max().item()
+
+
+def test_the_split_block_keeps_the_block_s_type_and_device():
+    """The LayerNorms are copied in the block's type (and on its device)."""
+    dtype, diff = comm.spawn(_copied_norms, 2, backend="gloo", threads=1)[0]
+    assert dtype == torch.float64 and diff < 1e-12

@@ -22,6 +22,8 @@ def _block(d: int, heads: int):
     mx.random.seed(0)
     block = txm.Block(d, heads)
     block.initialize(mx.init.Normal(0.2))
+    for param in block.collect_params().values():  # non-zero biases: one added k times shows
+        param.set_data(param.data() + np.random.normal(scale=0.1, size=param.shape))
     return block
 
 
@@ -82,3 +84,13 @@ def test_bad_input_is_refused_with_what_to_do():
         tpm.split_block(_block(12, 3), contexts)
     with pytest.raises(ValueError, match="at least one context"):
         tpm.ContextGroup([])
+
+
+def test_the_group_reuses_its_kvstore_keys():
+    """One key per shape: a training loop's sums do not pile up buffers."""
+    contexts = [mx.cpu(0), mx.cpu(1)]
+    group = tpm.ContextGroup(contexts)
+    for _ in range(5):
+        group.all_reduce([np.ones((3, 4), ctx=c) for c in contexts])
+    group.all_reduce([np.ones((2,), ctx=c) for c in contexts])
+    assert len(group._keys) == 2 and group.traffic.calls["all_reduce"] == 6
