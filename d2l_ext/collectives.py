@@ -104,11 +104,13 @@ def all_to_all(parts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     if len(parts) != size:
         raise ValueError(f"all_to_all needs one part per process ({size}), not {len(parts)}")
     _record("all_to_all", sum(_bytes(p) for j, p in enumerate(parts) if j != rank))
-    sizes = torch.tensor([p.shape[0] for p in parts])
+    device = parts[0].device  # NCCL exchanges tensors on the GPU, gloo on the CPU
+    sizes = torch.tensor([p.shape[0] for p in parts], device=device)
     incoming = torch.empty_like(sizes)
     dist.all_to_all_single(incoming, sizes)
     rest = parts[0].shape[1:]
-    out = [torch.empty((int(n), *rest), dtype=parts[0].dtype) for n in incoming]
+    out = [torch.empty((int(n), *rest), dtype=parts[0].dtype, device=device)
+           for n in incoming.tolist()]
     if dist.get_backend() == "gloo":  # gloo's all_to_all takes no list: pair sends by hand
         requests = [dist.isend(p.contiguous(), j) for j, p in enumerate(parts) if j != rank]
         requests += [dist.irecv(out[j], j) for j in range(size) if j != rank]

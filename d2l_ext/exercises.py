@@ -1024,6 +1024,9 @@ def _parallelism_2(sequence_share: Any, run: dict) -> Text:
         return close("that is sequence parallelism against the whole layer; compare it with "
                      "the tensor-parallel layer.",
                      "这是序列并行与完整层之比；要与张量并行的层相比。")
+    if near(sequence_share, 1 - sequence / tensor, 0.005):
+        return close("that is what sequence parallelism saves; the question asks what it "
+                     "leaves.", "这是序列并行省下的部分；题目问的是它剩下的部分。")
     if near(sequence_share, tensor / (34 + extra), 0.005):
         return close("that is tensor parallelism against the whole layer; the question asks "
                      "for sequence parallelism against tensor parallelism.",

@@ -88,6 +88,28 @@ class _ScatterSequence(torch.autograd.Function):
         return all_gather(grad, dim=1)
 
 
+class _GatheringLinear(torch.autograd.Function):
+    """A column-split layer on a sequence shard that keeps only the shard for the backward
+    pass (Megatron-LM's sequence parallelism): the forward pass all-gathers the sequence and
+    multiplies; the backward pass all-gathers it again for the weight's gradient and
+    reduce-scatters the input's gradient."""
+
+    @staticmethod
+    def forward(ctx, shard: torch.Tensor, weight: torch.Tensor,
+                bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(shard, weight)
+        ctx.has_bias = bias is not None
+        return F.linear(all_gather(shard, dim=1), weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        shard, weight = ctx.saved_tensors
+        whole = all_gather(shard, dim=1)  # gathered again: it was not kept
+        grad_weight = grad.flatten(0, -2).t() @ whole.flatten(0, -2)
+        grad_bias = grad.flatten(0, -2).sum(0) if ctx.has_bias else None
+        return reduce_scatter(grad @ weight, dim=1), grad_weight, grad_bias
+
+
 def _slice(size: int, world: int, rank: int, what: str) -> slice:
     if size % world:
         raise ValueError(f"{what} ({size}) must divide evenly among {world} processes")
@@ -99,9 +121,11 @@ class ColumnParallelLinear(nn.Module):
     """This process's columns (outputs) of ``full``; ``parts`` > 1 splits each of ``parts``
     equal blocks of outputs separately (q, k and v of a fused projection)."""
 
-    def __init__(self, full: nn.Linear, parts: int = 1, sequence: bool = False) -> None:
+    def __init__(self, full: nn.Linear, parts: int = 1, sequence: bool = False,
+                 regather: bool = False) -> None:
         super().__init__()
         self.sequence = sequence  # the input arrives whole, gathered by the caller
+        self.regather = regather  # the input arrives as a shard, gathered here twice
         rank, world = rank_and_size()
         blocks = full.weight.shape[0] // parts
         rows = _slice(blocks, world, rank, "the outputs of each part")
@@ -111,6 +135,8 @@ class ColumnParallelLinear(nn.Module):
             torch.cat([b[rows] for b in full.bias.detach().split(blocks)]).clone()))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.regather:
+            return _GatheringLinear.apply(x, self.weight, self.bias)
         return F.linear(x if self.sequence else _CopyIn.apply(x), self.weight, self.bias)
 
 
@@ -136,9 +162,10 @@ class RowParallelLinear(nn.Module):
 class ParallelMLP(nn.Module):
     """The MLP with its first layer split by columns and its second by rows."""
 
-    def __init__(self, mlp: transformer.MLP, sequence: bool = False) -> None:
+    def __init__(self, mlp: transformer.MLP, sequence: bool = False,
+                 regather: bool = False) -> None:
         super().__init__()
-        self.fc = ColumnParallelLinear(mlp.fc, sequence=sequence)
+        self.fc = ColumnParallelLinear(mlp.fc, sequence=sequence, regather=regather)
         self.proj = RowParallelLinear(mlp.proj, sequence=sequence)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -149,21 +176,24 @@ class ParallelAttention(nn.Module):
     """Causal self-attention with this process's heads: q, k and v split by columns (per
     head), the output projection by rows."""
 
-    def __init__(self, attn: transformer.CausalSelfAttention, sequence: bool = False) -> None:
+    def __init__(self, attn: transformer.CausalSelfAttention, sequence: bool = False,
+                 regather: bool = False) -> None:
         super().__init__()
         _, world = rank_and_size()
         if attn.heads % world:
             raise ValueError(f"the heads ({attn.heads}) must divide evenly among {world} "
                              "processes")
         self.heads, self.how = attn.heads // world, attn.how
-        self.qkv = ColumnParallelLinear(attn.qkv, parts=3, sequence=sequence)
+        self.qkv = ColumnParallelLinear(attn.qkv, parts=3, sequence=sequence, regather=regather)
         self.proj = RowParallelLinear(attn.proj, sequence=sequence)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, _ = x.shape
+        b = x.shape[0]
         width = self.qkv.weight.shape[0] // 3  # this process's heads × head size
+        qkv = self.qkv(x)
+        s = qkv.shape[1]  # the whole sequence, also when x is a shard (regather)
         q, k, v = (t.view(b, s, self.heads, width // self.heads).transpose(1, 2)
-                   for t in self.qkv(x).split(width, dim=-1))
+                   for t in qkv.split(width, dim=-1))
         y = transformer.attention(q, k, v, self.how).transpose(1, 2).reshape(b, s, width)
         return self.proj(y)
 
@@ -177,19 +207,30 @@ class ParallelBlock(nn.Module):
     run on the shard, an all-gather assembles the sequence before attention and the MLP, and
     a reduce-scatter, in place of the all-reduce, returns each process its shard of their
     outputs. The gradients of the LayerNorms and of the two projections' biases are then
-    partial: sum them over the processes."""
+    partial: sum them over the processes.
 
-    def __init__(self, block: transformer.Block, sequence: bool = False) -> None:
+    With ``regather`` as well, the two column-split layers keep only the shard of their input
+    for the backward pass and all-gather it again there (Megatron-LM's choice: one more
+    all-gather per layer for the memory of the gathered inputs)."""
+
+    def __init__(self, block: transformer.Block, sequence: bool = False,
+                 regather: bool = False) -> None:
         super().__init__()
-        self.sequence = sequence
+        if regather and not sequence:
+            raise ValueError("regather applies to sequence parallelism: pass sequence=True")
+        self.sequence, self.regather = sequence, regather
         self.ln1, self.ln2 = (_copy_norm(block.ln1), _copy_norm(block.ln2))
-        self.attn = ParallelAttention(block.attn, sequence)
-        self.mlp = ParallelMLP(block.mlp, sequence)
+        self.attn = ParallelAttention(block.attn, sequence, regather)
+        self.mlp = ParallelMLP(block.mlp, sequence, regather)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gather = _GatherSequence.apply if self.sequence else (lambda t: t)
-        x = x + self.attn(gather(self.ln1(x)))
-        return x + self.mlp(gather(self.ln2(x)))
+        x = x + self.attn(self._gather(self.ln1(x)))
+        return x + self.mlp(self._gather(self.ln2(x)))
+
+    def _gather(self, x: torch.Tensor) -> torch.Tensor:
+        if self.sequence and not self.regather:
+            return _GatherSequence.apply(x)
+        return x  # whole already, or gathered inside the column-split layers
 
 
 def _copy_norm(norm: nn.LayerNorm) -> nn.LayerNorm:
@@ -209,17 +250,20 @@ def block_all_reduce_bytes(batch: int, seq: int, d: int, item: int, world: int,
 
 
 def block_sequence_bytes(batch: int, seq: int, d: int, item: int, world: int,
-                         backward: bool = True) -> dict[str, int]:
+                         backward: bool = True, regather: bool = False) -> dict[str, int]:
     """The bytes one sequence-parallel block hands to its collectives in one step: before
     attention and the MLP an all-gather of this process's shard (b·s/k·d elements), after
     them a reduce-scatter of the whole partial output (b·s·d); the backward pass runs each
-    the other way round, as many again. On a ring the two send, from each process, what one
-    all-reduce of b·s·d sends: 2(k − 1)/k of it."""
+    the other way round, as many again, and with ``regather`` two more all-gathers of the
+    shard (the inputs of the column-split layers, gathered again). On a ring an all-gather
+    and a reduce-scatter send, from each process, what one all-reduce of b·s·d sends:
+    2(k − 1)/k of it."""
     if seq % world:
         raise ValueError(f"the sequence ({seq}) must divide evenly among {world} processes")
     rounds = 2 if backward else 1
+    gathers = 2 * rounds + (2 if regather and backward else 0)
     shard, whole = batch * (seq // world) * d * item, batch * seq * d * item
-    return {"all_gather": 2 * rounds * shard, "reduce_scatter": 2 * rounds * whole,
-            "calls": 2 * rounds,
-            "sent_per_process": 2 * rounds * (ring_bytes("all_gather", shard, world)
-                                              + ring_bytes("reduce_scatter", whole, world))}
+    return {"all_gather": gathers * shard, "reduce_scatter": 2 * rounds * whole,
+            "all_gather_calls": gathers, "reduce_scatter_calls": 2 * rounds,
+            "sent_per_process": (gathers * ring_bytes("all_gather", shard, world)
+                                 + 2 * rounds * ring_bytes("reduce_scatter", whole, world))}

@@ -97,6 +97,7 @@ class BlockShard:
     the biases that are added after a sum."""
 
     heads: int
+    eps: float  # the LayerNorms' epsilon
     ln1: tuple[Any, Any]
     ln2: tuple[Any, Any]
     qkv: tuple[Any, Any]
@@ -137,7 +138,7 @@ def split_block(block: transformer_mxnet.Block, contexts: Sequence[mx.Context]) 
         hidden = _rows(fc_w.shape[0], k, r, "the MLP's hidden width")
         (proj_w, proj_b), (out_w, out_b) = data(block.attn.proj), data(block.out)
         shards.append(BlockShard(
-            heads=heads // k,
+            heads=heads // k, eps=block.ln1._kwargs["eps"],
             ln1=tuple(a.copyto(ctx) for a in norm(block.ln1)),
             ln2=tuple(a.copyto(ctx) for a in norm(block.ln2)),
             qkv=(qkv_w[take].copyto(ctx), qkv_b[take].copyto(ctx)),
@@ -147,8 +148,8 @@ def split_block(block: transformer_mxnet.Block, contexts: Sequence[mx.Context]) 
     return shards
 
 
-def _layer_norm(x: Any, params: tuple[Any, Any]) -> Any:
-    return npx.layer_norm(x, params[0], params[1], axis=-1, eps=1e-5)
+def _layer_norm(x: Any, params: tuple[Any, Any], eps: float) -> Any:
+    return npx.layer_norm(x, params[0], params[1], axis=-1, eps=eps)
 
 
 def _linear(x: Any, weight: Any, bias: Any | None = None) -> Any:
@@ -180,9 +181,9 @@ def block_forward(shards: Sequence[BlockShard], xs: Sequence[Any], group: Contex
     def mlp(shard: BlockShard, x: Any) -> Any:
         return _linear(npx.leaky_relu(_linear(x, *shard.fc), act_type="gelu"), shard.out[0])
 
-    inputs = gather([_layer_norm(x, s.ln1) for s, x in zip(shards, xs)])
+    inputs = gather([_layer_norm(x, s.ln1, s.eps) for s, x in zip(shards, xs)])
     summed = combine([attention(s, x) for s, x in zip(shards, inputs)])
     xs = [x + y + s.proj[1] for s, x, y in zip(shards, xs, summed)]
-    inputs = gather([_layer_norm(x, s.ln2) for s, x in zip(shards, xs)])
+    inputs = gather([_layer_norm(x, s.ln2, s.eps) for s, x in zip(shards, xs)])
     summed = combine([mlp(s, x) for s, x in zip(shards, inputs)])
     return [x + y + s.out[1] for s, x, y in zip(shards, xs, summed)]

@@ -216,7 +216,10 @@ def saved_by_node(output: torch.Tensor,
         stack.extend(child for child, _ in node.next_functions)
     found = []
     for step, node in enumerate(sorted(nodes, key=lambda n: n._sequence_nr())):
-        for attr in sorted(a for a in dir(node) if a.startswith("_saved_")):
+        attrs = sorted(a for a in dir(node) if a.startswith("_saved_"))
+        if hasattr(node, "saved_tensors"):  # an autograd.Function's ctx.save_for_backward
+            attrs.append("saved_tensors")
+        for attr in attrs:
             value = getattr(node, attr)
             for t in value if isinstance(value, (list, tuple)) else (value,):
                 if not isinstance(t, torch.Tensor):
@@ -237,10 +240,11 @@ def saved_terms(saved: Iterable[Saved]) -> dict[str, int]:
     A tensor is put in a term by the node that saved it: a LayerNorm's input and its mean
     and reciprocal deviation; a linear layer's input (``mat1``, or ``self`` for a layer
     without bias; under autocast its ``mat2`` is a copy of the weight in the lower
-    precision); the attention products' operands (the probabilities' product with V saves
-    the probabilities, which after dropout are the dropout's output); a dropout's mask (a
-    multiplication by a scaled mask on a CPU, ``native_dropout``'s boolean mask on a GPU),
-    4-D inside attention; the fused attention's inputs, output and log-sum-exp."""
+    precision; what an ``autograd.Function`` named ``...Linear`` saved); the attention
+    products' operands (the probabilities' product with V saves the probabilities, which
+    after dropout are the dropout's output); a dropout's mask (a multiplication by a scaled
+    mask on a CPU, ``native_dropout``'s boolean mask on a GPU), 4-D inside attention; the
+    fused attention's inputs, output and log-sum-exp."""
     terms = dict.fromkeys([*FORMULA_TERMS, *EXTRA_TERMS], 0)
 
     def add(term: str, t: Saved) -> None:
@@ -253,6 +257,8 @@ def saved_terms(saved: Iterable[Saved]) -> dict[str, int]:
         node, attr = t.node.rstrip("0123456789"), t.attr
         if node == "NativeLayerNormBackward":
             add("LayerNorm inputs" if attr == "_saved_input" else "LayerNorm statistics", t)
+        elif node.endswith("LinearBackward"):  # a linear layer written as an autograd.Function
+            add("linear-layer inputs", t)
         elif node in ("AddmmBackward", "MmBackward"):
             add("linear-layer inputs" if attr in ("_saved_mat1", "_saved_self")
                 else "weight copies (autocast)", t)

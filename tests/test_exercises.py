@@ -1273,6 +1273,7 @@ def test_parallelism_exercise_2_what_sequence_parallelism_leaves():
     assert run(cell, "sequence_share = 14.25 / 23").startswith("Correct")
     assert run(cell, "sequence_share = 0.62", "zh").startswith("正确")
     assert "upside down" in run(cell, "sequence_share = 23 / 14.25")
+    assert "saves" in run(cell, "sequence_share = 1 - 14.25 / 23")
     assert "whole layer" in run(cell, "sequence_share = 1 / 8")
     assert "whole layer" in run(cell, "sequence_share = 23 / 114")
     out = run(cell, "sequence_share = 0.9")

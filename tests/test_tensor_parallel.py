@@ -91,14 +91,15 @@ def test_outside_a_process_group_it_says_how_to_start_one():
         tp.ColumnParallelLinear(torch.nn.Linear(4, 4))
 
 
-def _compare_sequence(rank: int, world: int, d: int, heads: int, batch: int, seq: int):
+def _compare_sequence(rank: int, world: int, d: int, heads: int, batch: int, seq: int,
+                      regather: bool = False):
     """The sequence-parallel block on this process's shard against the whole block."""
     torch.manual_seed(0)
     block = transformer.Block(GPTConfig(d=d, heads=heads, seq=seq), "sdpa")
     x = torch.randn(batch, seq, d, requires_grad=True)
     full = block(x)
     full.square().sum().backward()
-    split = tp.ParallelBlock(block, sequence=True)
+    split = tp.ParallelBlock(block, sequence=True, regather=regather)
     rows = slice(rank * seq // world, (rank + 1) * seq // world)
     mine = x[:, rows].detach().clone().requires_grad_()
     with tp.counting() as traffic:
@@ -114,14 +115,18 @@ def _compare_sequence(rank: int, world: int, d: int, heads: int, batch: int, seq
             partial, whole, dict(traffic.calls), dict(traffic.payload))
 
 
-@pytest.mark.parametrize("world, d, heads, batch, seq", [(2, 32, 4, 2, 8), (4, 16, 4, 1, 12)])
-def test_the_sequence_parallel_block_equals_the_whole_block(world, d, heads, batch, seq):
-    results = comm.spawn(_compare_sequence, world, d, heads, batch, seq, backend="gloo",
-                         threads=1)
-    expected = tp.block_sequence_bytes(batch, seq, d, 4, world)
+@pytest.mark.parametrize("world, d, heads, batch, seq, regather", [
+    (2, 32, 4, 2, 8, False), (4, 16, 4, 1, 12, False), (2, 32, 4, 2, 8, True),
+    (4, 16, 4, 1, 12, True)])
+def test_the_sequence_parallel_block_equals_the_whole_block(world, d, heads, batch, seq,
+                                                             regather):
+    results = comm.spawn(_compare_sequence, world, d, heads, batch, seq, regather,
+                         backend="gloo", threads=1)
+    expected = tp.block_sequence_bytes(batch, seq, d, 4, world, regather=regather)
     for out, grad, fc, _, _, calls, payload in results:
         assert max(out, grad, fc) < 1e-4
-        assert calls == {"all_gather": expected["calls"], "reduce_scatter": expected["calls"]}
+        assert calls == {"all_gather": expected["all_gather_calls"],
+                         "reduce_scatter": expected["reduce_scatter_calls"]}
         assert payload == {"all_gather": expected["all_gather"],
                            "reduce_scatter": expected["reduce_scatter"]}
     whole = results[0][4]
@@ -138,6 +143,10 @@ def test_sequence_parallel_bytes_equal_an_all_reduce_on_a_ring():
         assert sp["sent_per_process"] == tp_bytes["sent_per_process"]
     with pytest.raises(ValueError, match="divide evenly among 3"):
         tp.block_sequence_bytes(1, 8, 4, 2, 3)
+    again = tp.block_sequence_bytes(2, 16, 32, 2, 4, regather=True)
+    assert again["all_gather_calls"] == 6 and again["reduce_scatter_calls"] == 4
+    once = tp.block_sequence_bytes(2, 16, 32, 2, 4)["sent_per_process"]
+    assert again["sent_per_process"] == once * 5 // 4  # 10 collectives of equal cost, not 8
 
 
 def test_ring_bytes_per_collective():
@@ -151,25 +160,29 @@ def test_ring_bytes_per_collective():
         collectives.ring_bytes("broadcast", 1000, 4)
 
 
-def _kept(rank: int, world: int, d: int, heads: int, batch: int, seq: int, sequence: bool):
+def _kept(rank: int, world: int, d: int, heads: int, batch: int, seq: int, sequence: bool,
+          regather: bool):
     """What one process of the split block keeps for its backward pass, by term."""
     torch.manual_seed(0)
     split = tp.ParallelBlock(transformer.Block(GPTConfig(d=d, heads=heads, seq=seq), "naive"),
-                             sequence)
+                             sequence, regather)
     x = torch.randn(batch, seq // world if sequence else seq, d, requires_grad=True)
     return transformer.saved_terms(transformer.saved_by_node(split(x), exclude=[split]))
 
 
-@pytest.mark.parametrize("sequence", [False, True])
-def test_each_process_keeps_its_share_of_the_activations(sequence):
+@pytest.mark.parametrize("sequence, regather", [(False, False), (True, False), (True, True)])
+def test_each_process_keeps_its_share_of_the_activations(sequence, regather):
     """Per process, in float32: the LayerNorm inputs whole under tensor parallelism and 1/k
-    under sequence parallelism; the inputs of the column-split layers whole (gathered), those
-    of the row-split layers 1/k; Q, K, V, the GELU input and the scores 1/k."""
+    under sequence parallelism; the inputs of the column-split layers whole (gathered) unless
+    re-gathered, those of the row-split layers 1/k; Q, K, V, the GELU input and the scores
+    1/k."""
     k, d, heads, b, s = 2, 32, 4, 2, 8
-    kept = comm.spawn(_kept, k, d, heads, b, s, sequence, backend="gloo", threads=1)[0]
+    kept = comm.spawn(_kept, k, d, heads, b, s, sequence, regather, backend="gloo",
+                      threads=1)[0]
     sbh = s * b * d * 4
     assert kept["LayerNorm inputs"] == 2 * sbh // (k if sequence else 1)
-    assert kept["linear-layer inputs"] == 2 * sbh + 5 * sbh // k  # qkv, fc whole; proj, out
+    column_inputs = 2 * sbh // (k if regather else 1)  # qkv's and fc's
+    assert kept["linear-layer inputs"] == column_inputs + 5 * sbh // k  # proj's and out's
     assert kept["Q, K and V"] == 3 * sbh // k
     assert kept["GELU input"] == 4 * sbh // k
     assert kept["softmax output"] == heads * s * s * b * 4 // k
