@@ -11,22 +11,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
-
-@dataclass
-class Traffic:
-    """Per kind of collective: the calls and the bytes of payload."""
-    calls: dict[str, int] = field(default_factory=dict)
-    payload: dict[str, int] = field(default_factory=dict)
-
-    def record(self, kind: str, nbytes: int) -> None:
-        self.calls[kind] = self.calls.get(kind, 0) + 1
-        self.payload[kind] = self.payload.get(kind, 0) + nbytes
-
+from d2l_ext.split_bytes import Traffic, ring_bytes  # noqa: F401 (ring_bytes: re-exported)
 
 _counters: list[Traffic] = []
 
@@ -89,8 +78,9 @@ def reduce_scatter(tensor: torch.Tensor, dim: int = 0) -> torch.Tensor:
     stacked = tensor.movedim(dim, 0).contiguous()  # the slices, one after the other
     out = torch.empty((stacked.shape[0] // size, *stacked.shape[1:]), dtype=tensor.dtype,
                       device=tensor.device)
-    if size > 1:
-        dist.reduce_scatter_single(out, stacked)
+    if size > 1:  # reduce_scatter_single is new in PyTorch 2.13; reduce_scatter_tensor before
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        scatter(out, stacked)
     else:
         out.copy_(stacked)
     return out.movedim(0, dim).contiguous()
@@ -131,16 +121,3 @@ def send_receive(tensor: torch.Tensor, to: int, source: int) -> torch.Tensor:
     for request in requests:
         request.wait()
     return received
-
-
-def ring_bytes(kind: str, payload: int, processes: int) -> int:
-    """What a ring algorithm sends from each process for a collective handed ``payload``
-    bytes per process: all-reduce 2(k − 1)/k of it, reduce-scatter (k − 1)/k of it,
-    all-gather (k − 1) times it (each process's input goes to k − 1 others)."""
-    k = processes
-    factors = {"all_reduce": (2 * (k - 1), k), "reduce_scatter": (k - 1, k),
-               "all_gather": (k - 1, 1)}
-    if kind not in factors:
-        raise ValueError(f"kind is one of {', '.join(factors)}, not {kind!r}")
-    num, den = factors[kind]
-    return payload * num // den

@@ -986,8 +986,13 @@ def _parallelism_1(sent_per_gpu: Any, run: dict) -> Text:
                        "of 2 bytes are handed 268,435,456 bytes, and a ring sends 2(k − 1)/k = "
                        "7/4 of that from each GPU: 469,762,048 bytes (448 MiB).",
                        "四次全归约（前向两次、反向两次），每次 4,096 · 8,192 个 2 字节的元素，"
-                       "交给它们的共 268,435,456 字节；环形算法从每块 GPU 发送其中的 "
-                       "2(k − 1)/k = 7/4，即 469,762,048 字节（448 MiB）。")
+                       "交给它们的共 268,435,456 字节；按环形算法，每块 GPU 发送的是这个数的 "
+                       "2(k − 1)/k = 7/4 倍，即 469,762,048 字节（448 MiB）。")
+    if near(sent_per_gpu, 448, 0.5):
+        return close("give it in bytes, not MiB.", "请以字节为单位，而不是 MiB。")
+    if near(sent_per_gpu, sent, sent * 0.01):
+        return close("give it exactly: it is a whole number of bytes.",
+                     "请给出精确值：它是整数个字节。")
     if near(sent_per_gpu, payload, 1):
         return close("that is what the all-reduces are handed; a ring sends a multiple of it "
                      "from each GPU that depends on k.",
@@ -1004,7 +1009,7 @@ def _parallelism_1(sent_per_gpu: Any, run: dict) -> Text:
                      "handed (b·s·d) and their bytes, then what a ring sends of that payload "
                      "from each process.",
                      "数一数一个块在一步中做几次全归约、每次交给它多少元素（b·s·d）、合多少字节，"
-                     "再算出环形算法中每个进程要发送这份数据的多大比例。")
+                     "再算出按环形算法每个进程要发送这份数据的几倍。")
 
 
 @exercise("parallelism", 2, "sequence_share")
@@ -1016,6 +1021,8 @@ def _parallelism_2(sequence_share: Any, run: dict) -> Text:
                        "sbh), sequence parallelism (34 + 80)/8 = 14.25: a share of about 0.62.",
                        "5as/h = 80；张量并行剩下 10 + 24/8 + 80/8 = 23（乘以 sbh），"
                        "序列并行剩下 (34 + 80)/8 = 14.25：比例约为 0.62。")
+    if near(sequence_share, 100 * sequence / tensor, 0.5):
+        return close("give it as a fraction, not a percentage.", "请写成小数，而不是百分数。")
     if near(sequence_share, tensor / sequence, 0.01):
         return close("that is the ratio upside down: the sequence-parallel bytes over the "
                      "tensor-parallel ones.",
@@ -1034,3 +1041,42 @@ def _parallelism_2(sequence_share: Any, run: dict) -> Text:
     return not_quite("compute 5as/h first, then both expressions in units of sbh, and divide "
                      "the sequence-parallel one by the tensor-parallel one.",
                      "先算出 5as/h，再以 sbh 为单位算出两个式子，用序列并行的除以张量并行的。")
+
+
+# ---------------------------------------------------------------- parallelism-pipeline
+@exercise("parallelism-pipeline", 1, "idle_share")
+def _parallelism_pipeline_1(idle_share: Any, run: dict) -> Text:
+    if near(idle_share, 7 / 39, 0.002):
+        return correct("(p − 1)/(m + p − 1) = 7/39 ≈ 0.18: each stage idles about 18% of the "
+                       "step, whatever the order of its passes.",
+                       "(p − 1)/(m + p − 1) = 7/39 ≈ 0.18：无论各趟传播按什么顺序运行，每个阶段"
+                       "都有约 18% 的时间空闲。")
+    if near(idle_share, 7 / 32, 0.002):
+        return close("divide by the whole step, m + p − 1 slots, not by the m slots of work.",
+                     "要除以整个一步，即 m + p − 1 个时段，而不是有工作的 m 个时段。")
+    if near(idle_share, 32 / 39, 0.002):
+        return close("that is the share of the time a stage works; the question asks for the "
+                     "idle share.", "这是一个阶段工作的时间比例；题目问的是空闲的比例。")
+    if near(idle_share, 100 * 7 / 39, 0.2):
+        return close("give it as a fraction, not a percentage.", "请写成小数，而不是百分数。")
+    return not_quite("count the slots of one micro-batch's forward and backward pass: a stage "
+                     "works in m of them, and the step lasts m + p − 1.",
+                     "以一个微批量的前向加反向传播为一个时段：一个阶段在其中 m 个时段里工作，"
+                     "而整个一步持续 m + p − 1 个时段。")
+
+
+@exercise("parallelism-pipeline", 2, "fewest_micro_batches")
+def _parallelism_pipeline_2(fewest_micro_batches: Any, run: dict) -> Text:
+    if equal(fewest_micro_batches, 133):
+        return correct("7/(m + 7) ≤ 0.05 needs m + 7 ≥ 140, so m ≥ 133.",
+                       "7/(m + 7) ≤ 0.05 要求 m + 7 ≥ 140，所以 m ≥ 133。")
+    if equal(fewest_micro_batches, 140):
+        return close("140 is m + p − 1; subtract the p − 1 = 7.",
+                     "140 是 m + p − 1；还要减去 p − 1 = 7。")
+    if equal(fewest_micro_batches, 132):
+        return close("with 132 the bubble is 7/139, just above 5%.",
+                     "132 个时气泡是 7/139，略高于 5%。")
+    if near(fewest_micro_batches, 133, 1.0):
+        return close("give a whole number of micro-batches.", "微批量数要是整数。")
+    return not_quite("solve (p − 1)/(m + p − 1) ≤ 0.05 for m, with p = 8.",
+                     "在 p = 8 时，对 m 解不等式 (p − 1)/(m + p − 1) ≤ 0.05。")

@@ -29,8 +29,8 @@ from d2l_ext.collectives import (
     counting,
     rank_and_size,
     reduce_scatter,
-    ring_bytes,
 )
+from d2l_ext.split_bytes import block_all_reduce_bytes, block_sequence_bytes
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "ParallelMLP", "ParallelAttention",
            "ParallelBlock", "block_all_reduce_bytes", "block_sequence_bytes", "counting"]
@@ -104,10 +104,12 @@ class _GatheringLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         shard, weight = ctx.saved_tensors
-        whole = all_gather(shard, dim=1)  # gathered again: it was not kept
-        grad_weight = grad.flatten(0, -2).t() @ whole.flatten(0, -2)
-        grad_bias = grad.flatten(0, -2).sum(0) if ctx.has_bias else None
-        return reduce_scatter(grad @ weight, dim=1), grad_weight, grad_bias
+        whole = all_gather(shard, dim=1).to(grad.dtype)  # gathered again: it was not kept
+        rows = grad.flatten(0, -2)  # under autocast the forward pass ran in a lower precision
+        grad_weight = (rows.t() @ whole.flatten(0, -2)).to(weight.dtype)
+        grad_bias = rows.sum(0).to(weight.dtype) if ctx.has_bias else None
+        grad_shard = reduce_scatter(grad @ weight.to(grad.dtype), dim=1).to(shard.dtype)
+        return grad_shard, grad_weight, grad_bias
 
 
 def _slice(size: int, world: int, rank: int, what: str) -> slice:
@@ -216,6 +218,9 @@ class ParallelBlock(nn.Module):
     def __init__(self, block: transformer.Block, sequence: bool = False,
                  regather: bool = False) -> None:
         super().__init__()
+        if block.attn.dropout.p or block.mlp.dropout.p:
+            raise ValueError("the split layers leave out dropout: build the block with "
+                             "dropout=0 (GPTConfig(dropout=0.0))")
         if regather and not sequence:
             raise ValueError("regather applies to sequence parallelism: pass sequence=True")
         self.sequence, self.regather = sequence, regather
@@ -235,35 +240,3 @@ class ParallelBlock(nn.Module):
 
 def _copy_norm(norm: nn.LayerNorm) -> nn.LayerNorm:
     return copy.deepcopy(norm)  # on the block's device, in its type
-
-
-def block_all_reduce_bytes(batch: int, seq: int, d: int, item: int, world: int,
-                           backward: bool = True) -> dict[str, int]:
-    """The bytes one split block hands to all-reduces in one step: 2 of b·s·d elements in the
-    forward pass (after attention and after the MLP) and, with ``backward``, 2 more (the
-    gradients of the two inputs); and what a ring all-reduce of that payload sends from each
-    process, 2(k − 1)/k of it."""
-    calls = 4 if backward else 2
-    payload = calls * batch * seq * d * item
-    return {"calls": calls, "payload": payload,
-            "sent_per_process": ring_bytes("all_reduce", payload, world)}
-
-
-def block_sequence_bytes(batch: int, seq: int, d: int, item: int, world: int,
-                         backward: bool = True, regather: bool = False) -> dict[str, int]:
-    """The bytes one sequence-parallel block hands to its collectives in one step: before
-    attention and the MLP an all-gather of this process's shard (b·s/k·d elements), after
-    them a reduce-scatter of the whole partial output (b·s·d); the backward pass runs each
-    the other way round, as many again, and with ``regather`` two more all-gathers of the
-    shard (the inputs of the column-split layers, gathered again). On a ring an all-gather
-    and a reduce-scatter send, from each process, what one all-reduce of b·s·d sends:
-    2(k − 1)/k of it."""
-    if seq % world:
-        raise ValueError(f"the sequence ({seq}) must divide evenly among {world} processes")
-    rounds = 2 if backward else 1
-    gathers = 2 * rounds + (2 if regather and backward else 0)
-    shard, whole = batch * (seq // world) * d * item, batch * seq * d * item
-    return {"all_gather": gathers * shard, "reduce_scatter": 2 * rounds * whole,
-            "all_gather_calls": gathers, "reduce_scatter_calls": 2 * rounds,
-            "sent_per_process": (gathers * ring_bytes("all_gather", shard, world)
-                                 + 2 * rounds * ring_bytes("reduce_scatter", whole, world))}

@@ -7,9 +7,9 @@ layer by outputs, the two projections by inputs). MXNet has no collectives betwe
 contexts of one process; its kvstore is the nearest thing: pushing one array per context and
 pulling the sum back to every context is an all-reduce. :class:`ContextGroup` runs the
 all-reduce, all-gather and reduce-scatter the split block needs that way, and counts what
-each context hands in, as :func:`d2l_ext.collectives.counting` does for PyTorch. The
-kvstore's push and pull are not recorded by autograd: :func:`block_forward` is the forward
-pass only.
+each context hands in, as :func:`d2l_ext.collectives.counting` does for PyTorch.
+:func:`block_forward` is the forward pass only, by choice: autograd records no kvstore sum
+unless it is wrapped in an ``mx.autograd.Function``, as the PyTorch splits wrap theirs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import mxnet as mx
 from mxnet import np, npx
 
 from d2l_ext import transformer_mxnet
-from d2l_ext.collectives import Traffic
+from d2l_ext.split_bytes import Traffic
 
 __all__ = ["ContextGroup", "BlockShard", "split_block", "block_forward"]
 

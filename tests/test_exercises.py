@@ -1261,6 +1261,8 @@ def test_parallelism_exercise_1_the_bytes_a_gpu_sends_for_a_block():
     assert "handed" in run(cell, "sent_per_gpu = 268_435_456")
     assert "backward pass" in run(cell, "sent_per_gpu = 234_881_024")
     assert "2 bytes" in run(cell, "sent_per_gpu = 939_524_096")
+    assert "not MiB" in run(cell, "sent_per_gpu = 448")
+    assert "exactly" in run(cell, "sent_per_gpu = 4.7e8")
     for wrong in (33_554_432, 1e9):
         out = run(cell, f"sent_per_gpu = {wrong}")
         assert out.startswith("Not quite") and "469,762,048" not in out
@@ -1274,11 +1276,38 @@ def test_parallelism_exercise_2_what_sequence_parallelism_leaves():
     assert run(cell, "sequence_share = 0.62", "zh").startswith("正确")
     assert "upside down" in run(cell, "sequence_share = 23 / 14.25")
     assert "saves" in run(cell, "sequence_share = 1 - 14.25 / 23")
+    assert "percentage" in run(cell, "sequence_share = 62")
     assert "whole layer" in run(cell, "sequence_share = 1 / 8")
     assert "whole layer" in run(cell, "sequence_share = 23 / 114")
     out = run(cell, "sequence_share = 0.9")
     assert out.startswith("Not quite") and "0.62" not in out
     assert run(cell, "sequence_share = None").startswith("Exercise 2")
+
+
+def test_parallelism_pipeline_exercise_1_the_bubble_of_8_stages_and_32_micro_batches():
+    """(p − 1)/(m + p − 1) = 7/39."""
+    cell = check_cell("parallelism-pipeline", "exercise 1")
+    assert run(cell, "idle_share = 7 / 39").startswith("Correct")
+    assert run(cell, "idle_share = 0.18", "zh").startswith("正确")
+    assert "m + p − 1" in run(cell, "idle_share = 7 / 32")
+    assert "idle share" in run(cell, "idle_share = 32 / 39")
+    assert "percentage" in run(cell, "idle_share = 17.95")
+    out = run(cell, "idle_share = 0.5")
+    assert out.startswith("Not quite") and "7/39" not in out
+    assert run(cell, "idle_share = None").startswith("Exercise 1")
+
+
+def test_parallelism_pipeline_exercise_2_enough_micro_batches_for_a_5_percent_bubble():
+    """7/(m + 7) ≤ 0.05 needs m ≥ 133."""
+    cell = check_cell("parallelism-pipeline", "exercise 2")
+    assert run(cell, "fewest_micro_batches = 133").startswith("Correct")
+    assert run(cell, "fewest_micro_batches = 133", "zh").startswith("正确")
+    assert "p − 1 = 7" in run(cell, "fewest_micro_batches = 140")
+    assert "just above" in run(cell, "fewest_micro_batches = 132")
+    assert "whole number" in run(cell, "fewest_micro_batches = 133.4")
+    out = run(cell, "fewest_micro_batches = 64")
+    assert out.startswith("Not quite") and "133" not in out
+    assert run(cell, "fewest_micro_batches = None").startswith("Exercise 2")
 
 
 # ------------------------------------------------------------ the checks in d2l_ext.exercises

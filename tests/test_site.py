@@ -672,6 +672,22 @@ def test_parallelism_page_splits_by_processes_under_pytorch_and_by_contexts_unde
     assert page.errors == []
 
 
+@page_check("parallelism-pipeline")
+def test_pipeline_page_runs_torch_s_schedules_and_mxnet_s_contexts(page, lang):
+    """The PyTorch tab runs GPipe and 1F1B with torch.distributed.pipelining and draws the
+    measured timeline; the MXNet tab cuts the model across contexts; both show the simulated
+    schedules' table in the page's language."""
+    page.locator(".book-bar .fw-tab[data-fw=torch]").click()
+    stages = page.locator(".tag_torch", has_text="schedules = {name: make(PipelineStage(timed,")
+    contexts = page.locator(".tag_mxnet", has_text="return halves[1](halves[0](x).copyto(")
+    assert stages.is_visible() and not contexts.is_visible()
+    assert {"en": "micro-batches held by stage 0, at most",
+            "zh": "阶段 0 最多保存的微批量数"}[lang] in page.content()
+    page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
+    assert contexts.is_visible() and not stages.is_visible()
+    assert page.errors == []
+
+
 @page_check("memory")
 def test_memory_page_shows_each_framework_its_own_counter(page, lang):
     """The PyTorch tab counts with d2l_ext.memory's Tracker and checkpoints the deep MLP; the

@@ -200,3 +200,29 @@ def test_the_split_block_keeps_the_block_s_type_and_device():
     """The LayerNorms are copied in the block's type (and on its device)."""
     dtype, diff = comm.spawn(_copied_norms, 2, backend="gloo", threads=1)[0]
     assert dtype == torch.float64 and diff < 1e-12
+
+
+def _under_autocast(rank: int, world: int):
+    torch.manual_seed(0)
+    block = transformer.Block(GPTConfig(d=16, heads=4, seq=8), "naive")
+    x = torch.randn(2, 8, 16, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        block(x).float().square().sum().backward()
+    split = tp.ParallelBlock(block, sequence=True, regather=True)
+    mine = x.detach()[:, rank * 4:(rank + 1) * 4].clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        split(mine).float().square().sum().backward()
+    return ((mine.grad - x.grad[:, rank * 4:(rank + 1) * 4]).abs().max().item()
+            / x.grad.abs().max().item(), mine.grad.dtype, split.mlp.fc.weight.grad.dtype)
+
+
+def test_the_re_gathering_layer_runs_under_autocast():
+    """bfloat16 autocast: the gradients come back in the types of what they belong to."""
+    error, grad_type, weight_grad_type = comm.spawn(_under_autocast, 2, backend="gloo",
+                                                    threads=1)[0]
+    assert error < 0.05 and grad_type == weight_grad_type == torch.float32
+
+
+def test_a_block_with_dropout_is_refused_with_what_to_do():
+    with pytest.raises(ValueError, match="dropout=0"):
+        tp.ParallelBlock(transformer.Block(GPTConfig(d=8, heads=2, seq=4, dropout=0.1)))

@@ -1,0 +1,68 @@
+"""What the collectives of a split model are handed and send, counted without a framework:
+the :class:`Traffic` a counter records, what a ring sends for a payload (:func:`ring_bytes`),
+and the bytes one split transformer block hands to its collectives in a step, under tensor
+parallelism (:func:`block_all_reduce_bytes`) and sequence parallelism
+(:func:`block_sequence_bytes`). Shared by the PyTorch splits (:mod:`d2l_ext.tensor_parallel`)
+and the MXNet ones (:mod:`d2l_ext.tensor_parallel_mxnet`); imports neither framework."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Traffic", "ring_bytes", "block_all_reduce_bytes", "block_sequence_bytes"]
+
+
+@dataclass
+class Traffic:
+    """Per kind of collective: the calls and the bytes of payload."""
+    calls: dict[str, int] = field(default_factory=dict)
+    payload: dict[str, int] = field(default_factory=dict)
+
+    def record(self, kind: str, nbytes: int) -> None:
+        self.calls[kind] = self.calls.get(kind, 0) + 1
+        self.payload[kind] = self.payload.get(kind, 0) + nbytes
+
+
+def ring_bytes(kind: str, payload: int, processes: int) -> int:
+    """What a ring algorithm sends from each process for a collective handed ``payload``
+    bytes per process: all-reduce 2(k − 1)/k of it, reduce-scatter (k − 1)/k of it,
+    all-gather (k − 1) times it (each process's input goes to k − 1 others)."""
+    k = processes
+    factors = {"all_reduce": (2 * (k - 1), k), "reduce_scatter": (k - 1, k),
+               "all_gather": (k - 1, 1)}
+    if kind not in factors:
+        raise ValueError(f"kind is one of {', '.join(factors)}, not {kind!r}")
+    num, den = factors[kind]
+    return payload * num // den
+
+
+def block_all_reduce_bytes(batch: int, seq: int, d: int, item: int, world: int,
+                           backward: bool = True) -> dict[str, int]:
+    """The bytes one split block hands to all-reduces in one step: 2 of b·s·d elements in the
+    forward pass (after attention and after the MLP) and, with ``backward``, 2 more (the
+    gradients of the two inputs); and what a ring all-reduce of that payload sends from each
+    process, 2(k − 1)/k of it."""
+    calls = 4 if backward else 2
+    payload = calls * batch * seq * d * item
+    return {"calls": calls, "payload": payload,
+            "sent_per_process": ring_bytes("all_reduce", payload, world)}
+
+
+def block_sequence_bytes(batch: int, seq: int, d: int, item: int, world: int,
+                         backward: bool = True, regather: bool = False) -> dict[str, int]:
+    """The bytes one sequence-parallel block hands to its collectives in one step: before
+    attention and the MLP an all-gather of this process's shard (b·s/k·d elements), after
+    them a reduce-scatter of the whole partial output (b·s·d); the backward pass runs each
+    the other way round, as many again, and with ``regather`` two more all-gathers of the
+    shard (the inputs of the column-split layers, gathered again). On a ring an all-gather
+    and a reduce-scatter send, from each process, what one all-reduce of b·s·d sends:
+    2(k − 1)/k of it."""
+    if seq % world:
+        raise ValueError(f"the sequence ({seq}) must divide evenly among {world} processes")
+    rounds = 2 if backward else 1
+    gathers = 2 * rounds + (2 if regather and backward else 0)
+    shard, whole = batch * (seq // world) * d * item, batch * seq * d * item
+    return {"all_gather": gathers * shard, "reduce_scatter": 2 * rounds * whole,
+            "all_gather_calls": gathers, "reduce_scatter_calls": 2 * rounds,
+            "sent_per_process": (gathers * ring_bytes("all_gather", shard, world)
+                                 + 2 * rounds * ring_bytes("reduce_scatter", whole, world))}
