@@ -1049,7 +1049,7 @@ def _parallelism_pipeline_1(idle_share: Any, run: dict) -> Text:
     if near(idle_share, 7 / 39, 0.002):
         return correct("(p − 1)/(m + p − 1) = 7/39 ≈ 0.18: each stage idles about 18% of the "
                        "step, whatever the order of its passes.",
-                       "(p − 1)/(m + p − 1) = 7/39 ≈ 0.18：无论各趟传播按什么顺序运行，每个阶段"
+                       "(p − 1)/(m + p − 1) = 7/39 ≈ 0.18：无论各次传播按什么顺序运行，每个阶段"
                        "都有约 18% 的时间空闲。")
     if near(idle_share, 7 / 32, 0.002):
         return close("divide by the whole step, m + p − 1 slots, not by the m slots of work.",
@@ -1071,11 +1071,10 @@ def _parallelism_pipeline_2(fewest_micro_batches: Any, run: dict) -> Text:
         return correct("7/(m + 7) ≤ 0.05 needs m + 7 ≥ 140, so m ≥ 133.",
                        "7/(m + 7) ≤ 0.05 要求 m + 7 ≥ 140，所以 m ≥ 133。")
     if equal(fewest_micro_batches, 140):
-        return close("140 is m + p − 1; subtract the p − 1 = 7.",
-                     "140 是 m + p − 1；还要减去 p − 1 = 7。")
+        return close("that is m + p − 1, not m.", "这是 m + p − 1，而不是 m。")
     if equal(fewest_micro_batches, 132):
-        return close("with 132 the bubble is 7/139, just above 5%.",
-                     "132 个时气泡是 7/139，略高于 5%。")
+        return close("check the bubble at your answer: it must be at most 5%.",
+                     "代入你的答案核对一下气泡：它不能超过 5%。")
     if near(fewest_micro_batches, 133, 1.0):
         return close("give a whole number of micro-batches.", "微批量数要是整数。")
     return not_quite("solve (p − 1)/(m + p − 1) ≤ 0.05 for m, with p = 8.",

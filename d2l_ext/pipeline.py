@@ -11,8 +11,10 @@ which :func:`bubble` and :func:`in_flight` read the idle share and the activatio
 
 The schedules: :func:`gpipe` (every forward, then every backward), :func:`one_f_one_b`
 (1F1B: a few forwards, then one forward and one backward in turn), :func:`interleaved`
-(1F1B over ``v`` model chunks per stage) and :func:`zero_bubble` (ZB-H1: 1F1B's order, with
-each ``W`` deferred into the idle time at the end). The module imports no framework.
+(1F1B over ``v`` model chunks per stage), :func:`zb_h1` (1F1B's order with each ``W``
+deferred by the stage's index, Qi et al.'s ZB-H1) and :func:`zero_bubble` (a greedy search
+that defers ``W``s into the idle time, optionally without a limit on the memory). The
+module imports no framework.
 """
 
 from __future__ import annotations
@@ -63,11 +65,11 @@ def _check(stages: int, micros: int, chunks: int = 1) -> None:
 
 
 def gpipe(stages: int, micros: int, split: bool = False) -> list[list[Op]]:
-    """GPipe: each stage runs every forward, then every backward (last micro-batch first);
-    with ``split``, each backward is followed by its weight gradient."""
+    """GPipe: each stage runs every forward, then every backward (in micro-batch order, as
+    PyTorch's ``ScheduleGPipe`` does); with ``split``, each backward is followed by its
+    weight gradient."""
     _check(stages, micros)
-    backward = [[Op("B", i), Op("W", i)] if split else [Op("B", i)]
-                for i in reversed(range(micros))]
+    backward = [[Op("B", i), Op("W", i)] if split else [Op("B", i)] for i in range(micros)]
     return [[Op("F", i) for i in range(micros)] + [op for pair in backward for op in pair]
             for _ in range(stages)]
 
@@ -153,6 +155,31 @@ def zero_bubble(stages: int, micros: int, costs: Costs = Costs(1.0, 1.0, 1.0),
         waiting = [False] * stages
         counter = {"F": forwards, "B": backwards, "W": weights}[op.kind]
         counter[s] += 1
+    return orders
+
+
+def zb_h1(stages: int, micros: int) -> list[list[Op]]:
+    """ZB-H1 (Qi et al., 2024): 1F1B's order with each backward split into ``B`` and ``W``,
+    stage ``s`` running each ``W`` ``s`` backward passes late (the rest at the end). The
+    deferred ``W``s fill the last stages' idle time, and every stage keeps at most ``p``
+    micro-batches, 1F1B's peak: with F = B = W, a third of 1F1B's bubble."""
+    _check(stages, micros)
+    orders = []
+    for s in range(stages):
+        warm = min(stages - s - 1, micros)
+        order = [Op("F", i) for i in range(warm)]
+        forward, backward, weight = warm, 0, 0
+        while backward < micros:
+            if forward < micros:
+                order.append(Op("F", forward))
+                forward += 1
+            order.append(Op("B", backward))
+            backward += 1
+            if backward - 1 - s >= 0:
+                order.append(Op("W", weight))
+                weight += 1
+        order += [Op("W", i) for i in range(weight, micros)]
+        orders.append(order)
     return orders
 
 
@@ -297,12 +324,13 @@ def in_flight(timeline: Sequence[Interval]) -> dict[int, int]:
 
 
 def schedule(name: str, stages: int, micros: int, chunks: int = 1) -> list[list[Op]]:
-    """A schedule by name: "gpipe", "1f1b", "interleaved" or "zero-bubble"."""
+    """A schedule by name: "gpipe", "1f1b", "interleaved", "zero-bubble" or "zb-h1"."""
     makers: Mapping[str, object] = {
         "gpipe": lambda: gpipe(stages, micros),
         "1f1b": lambda: one_f_one_b(stages, micros),
         "interleaved": lambda: interleaved(stages, micros, chunks),
-        "zero-bubble": lambda: zero_bubble(stages, micros)}
+        "zero-bubble": lambda: zero_bubble(stages, micros),
+        "zb-h1": lambda: zb_h1(stages, micros)}
     if name not in makers:
         raise ValueError(f"a schedule is one of {', '.join(makers)}, not {name!r}")
     return makers[name]()

@@ -135,3 +135,18 @@ def test_each_stage_runs_one_operation_at_a_time_after_its_inputs():
             assert i.start >= end[(i.stage + 1, i.op)] + 0.1 - 1e-12
         if i.op.kind == "W":
             assert i.start >= end[(i.stage, pp.Op("B", i.op.micro))]
+
+
+@pytest.mark.parametrize("stages, micros", [(2, 4), (3, 7), (4, 4), (4, 8), (4, 32), (8, 16)])
+def test_zb_h1_keeps_1f1b_s_peak_and_a_third_of_its_bubble(stages, micros):
+    """F = B = W: each stage idles p − 1 units, a third of 1F1B's 3(p − 1), and every stage
+    keeps p micro-batches, 1F1B's peak (on its first stage)."""
+    orders = pp.zb_h1(stages, micros)
+    assert _ops_per_stage(orders, micros, kinds=("F", "B", "W"))
+    costs = pp.Costs(1.0, 1.0, 1.0)
+    timeline = pp.simulate(orders, costs)
+    assert pp.makespan(timeline) == pytest.approx(3 * micros + stages - 1)
+    plain = pp.simulate(pp.one_f_one_b(stages, micros), pp.Costs(1.0, 2.0))  # B + W whole
+    assert pp.makespan(plain) - 3 * micros == pytest.approx(3 * (stages - 1))
+    assert pp.in_flight(timeline) == dict.fromkeys(range(stages), min(stages, micros))
+    assert max(pp.in_flight(plain).values()) == min(stages, micros)
