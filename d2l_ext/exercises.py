@@ -999,8 +999,10 @@ def _parallelism_1(sent_per_gpu: Any, run: dict) -> Text:
                      "这是交给全归约的字节数；环形算法从每块 GPU 发送的是它的若干倍，"
                      "倍数取决于 k。")
     if near(sent_per_gpu, sent // 2, 1):
-        return close("count the backward pass too: it runs as many all-reduces as the forward "
-                     "pass.", "还要算上反向传播：它的全归约次数与前向传播一样多。")
+        return close("count the backward pass too (it runs as many all-reduces as the forward "
+                     "pass), and use the all-reduce's factor 2(k − 1)/k, not a reduce-scatter's.",
+                     "还要算上反向传播（它的全归约次数与前向传播一样多），并且要用全归约的因子 "
+                     "2(k − 1)/k，而不是归约散射的。")
     if near(sent_per_gpu, 2 * sent, 1) or near(sent_per_gpu, 2 * payload, 1):
         return close("bfloat16 has 2 bytes per element, and a ring sends 2(k − 1)/k of the "
                      "payload, not twice it.",
@@ -1075,7 +1077,8 @@ def _parallelism_pipeline_2(fewest_micro_batches: Any, run: dict) -> Text:
     if equal(fewest_micro_batches, 132):
         return close("check the bubble at your answer: it must be at most 5%.",
                      "代入你的答案核对一下气泡：它不能超过 5%。")
-    if near(fewest_micro_batches, 133, 1.0):
+    if near(fewest_micro_batches, 133, 1.0) and not equal(fewest_micro_batches,
+                                                           round(float(fewest_micro_batches))):
         return close("give a whole number of micro-batches.", "微批量数要是整数。")
     return not_quite("solve (p − 1)/(m + p − 1) ≤ 0.05 for m, with p = 8.",
                      "在 p = 8 时，对 m 解不等式 (p − 1)/(m + p − 1) ≤ 0.05。")

@@ -233,6 +233,8 @@ class ParallelBlock(nn.Module):
         return x + self.mlp(self._gather(self.ln2(x)))
 
     def _gather(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_autocast_enabled(x.device.type):  # send and keep what the layers compute in
+            x = x.to(torch.get_autocast_dtype(x.device.type))
         if self.sequence and not self.regather:
             return _GatherSequence.apply(x)
         return x  # whole already, or gathered inside the column-split layers

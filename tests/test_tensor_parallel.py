@@ -226,3 +226,27 @@ def test_the_re_gathering_layer_runs_under_autocast():
 def test_a_block_with_dropout_is_refused_with_what_to_do():
     with pytest.raises(ValueError, match="dropout=0"):
         tp.ParallelBlock(transformer.Block(GPTConfig(d=8, heads=2, seq=4, dropout=0.1)))
+
+
+def _bytes_under_autocast(rank: int, world: int, sequence: bool, regather: bool):
+    torch.manual_seed(0)
+    split = tp.ParallelBlock(transformer.Block(GPTConfig(d=16, heads=4, seq=8), "naive"),
+                             sequence, regather)
+    x = torch.randn(2, 4 if sequence else 8, 16, requires_grad=True)
+    with tp.counting() as traffic, torch.autocast("cpu", dtype=torch.bfloat16):
+        split(x).float().square().sum().backward()
+    return dict(traffic.payload)
+
+
+@pytest.mark.parametrize("sequence, regather", [(False, False), (True, False), (True, True)])
+def test_under_autocast_the_collectives_carry_16_bit_activations(sequence, regather):
+    """The LayerNorm's float32 output is cast before it is sent: the payloads are those of
+    2-byte elements."""
+    payload = comm.spawn(_bytes_under_autocast, 2, sequence, regather, backend="gloo",
+                         threads=1)[0]
+    if sequence:
+        expected = tp.block_sequence_bytes(2, 8, 16, 2, 2, regather=regather)
+        assert payload == {"all_gather": expected["all_gather"],
+                           "reduce_scatter": expected["reduce_scatter"]}
+    else:
+        assert payload == {"all_reduce": tp.block_all_reduce_bytes(2, 8, 16, 2, 2)["payload"]}

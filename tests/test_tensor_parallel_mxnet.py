@@ -13,7 +13,7 @@ import mxnet as mx  # noqa: E402
 from mxnet import np, npx  # noqa: E402
 
 from d2l_ext import transformer_mxnet as txm  # noqa: E402
-from d2l_ext.tensor_parallel import block_all_reduce_bytes  # noqa: E402
+from d2l_ext.split_bytes import block_all_reduce_bytes  # noqa: E402
 
 npx.set_np()
 
