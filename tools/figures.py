@@ -25,6 +25,14 @@ TEXT = {
         "compute": "compute", "comm": "communication", "fwd": "forward",
         "bwd": "backward", "bucket": "bucket", "ar": "all-reduce", "opt": "step",
         "overlap": "DDP: each bucket is all-reduced while backward goes on", "colon": ": ",
+        "seams_tp": "tensor parallelism", "seams_sp": "with sequence parallelism",
+        "seams_input": "input", "seams_attention": "attention",
+        "seams_whole": "whole on every process",
+        "seams_features": "split by heads or features", "seams_sequence": "split by sequence",
+        "seams_key": ("F: forward, B: backward; AR all-reduce, AG all-gather, RS reduce-scatter, "
+                      "— nothing; LN LayerNorm"),
+        "seams_f": "F: ", "seams_b": "B: ", "seams_ar": "AR", "seams_ag": "AG", "seams_rs": "RS",
+        "seams_ln": "LN",
     },
     "zh": {
         "frontend": "前端", "backend": "后端", "queue": "操作队列",
@@ -40,6 +48,12 @@ TEXT = {
         "compute": "计算", "comm": "通信", "fwd": "前向",
         "bwd": "反向", "bucket": "桶", "ar": "全归约", "opt": "更新",
         "overlap": "DDP：反向传播还在进行时，已算好的梯度桶就开始全归约", "colon": "：",
+        "seams_tp": "张量并行", "seams_sp": "加上序列并行",
+        "seams_input": "输入", "seams_attention": "注意力", "seams_whole": "每个进程上都是完整的",
+        "seams_features": "按头或特征切分", "seams_sequence": "按序列切分",
+        "seams_key": "前：前向传播；反：反向传播；—：不通信；LN：LayerNorm",
+        "seams_f": "前：", "seams_b": "反：", "seams_ar": "全归约", "seams_ag": "全收集",
+        "seams_rs": "归约散射", "seams_ln": "LN",
     },
 }
 
@@ -439,13 +453,62 @@ def zero_stages(t: dict) -> str:
     return svg(900, 240, "\n".join(body))
 
 
+SEAM_FILLS = {"whole": "#dbe9f6", "features": "#fbe3c8", "sequence": "#d9f0d3"}
+
+
+def tp_seams(t: dict) -> str:
+    """One block's forward chain under tensor parallelism and with sequence parallelism:
+    what each part holds (whole, split by heads or features, split by sequence), and what
+    the collectives at the seams do in the forward (F) and backward (B) pass."""
+    f, b, ar, ag, rs = (t[k] for k in ("seams_f", "seams_b", "seams_ar", "seams_ag", "seams_rs"))
+    rows = [("seams_tp", "whole", (f + "—", b + ar), (f + ar, b + "—")),
+            ("seams_sp", "sequence", (f + ag, b + rs), (f + rs, b + ag))]
+    seam = 14 + max(sum(12 if ord(c) > 0x2e80 else 7 for c in line)  # 12 px type
+                    for line in (f + rs, b + rs, f + ar, b + ag))
+    body = []
+    for r, (title, around, first, second) in enumerate(rows):
+        top = 40 + r * 110
+        body.append(f'<text class="title" x="20" y="{top - 10}">{t[title]}</text>')
+        parts = [("seams_input", around), ("LN", around), first, ("seams_attention", "features"),
+                 second, ("+", around), ("LN", around), first, ("MLP", "features"), second,
+                 ("+", around)]
+        x = 20
+        for part in parts:
+            if part[0].startswith(f):  # a seam: what it sends, forward and backward
+                body.append(f'<rect x="{x}" y="{top + 6}" width="{seam}" height="38" rx="4" '
+                            f'fill="#fff" stroke="#c46a12" stroke-dasharray="4,2"/>')
+                for i, line in enumerate(part):
+                    body.append(f'<text class="small" x="{x + seam / 2}" y="{top + 22 + 15 * i}" '
+                                f'text-anchor="middle">{line}</text>')
+                x += seam + 8
+                continue
+            name, held = part
+            label = t.get(name, name) if name != "LN" else t["seams_ln"]
+            width = 96 if name == "seams_attention" else 60
+            body.append(f'<rect x="{x}" y="{top}" width="{width}" height="50" rx="6" '
+                        f'fill="{SEAM_FILLS[held]}" stroke="#0a7d91"/>')
+            body.append(f'<text x="{x + width / 2}" y="{top + 30}" text-anchor="middle">'
+                        f'{label}</text>')
+            x += width + 8
+    right, x = x, 20
+    for held, key in (("whole", "seams_whole"), ("features", "seams_features"),
+                      ("sequence", "seams_sequence")):
+        body += [f'<rect x="{x}" y="{215}" width="14" height="14" fill="{SEAM_FILLS[held]}" '
+                 f'stroke="#0a7d91"/>',
+                 f'<text class="small" x="{x + 20}" y="{227}">{t[key]}</text>']
+        x += 250
+    body.append(f'<text class="small" x="20" y="{255}">{t["seams_key"]}</text>')
+    return svg(right + 12, 268, "\n".join(body))
+
+
 #: Each diagram: its file name (without ``.svg``) and the function that draws it.
 DIAGRAMS = [("frontend-backend-torch", frontend_backend_torch),
             ("frontend-backend-mxnet", frontend_backend_mxnet),
             ("dependency-graph", dependency_graph), ("timeline", timeline),
             ("data-parallel", data_parallel), ("ring-allreduce", ring_allreduce),
             ("parameter-server", parameter_server), ("bucket-overlap", bucket_overlap),
-            ("fsdp-moments", fsdp_moments), ("zero-stages", zero_stages)]
+            ("fsdp-moments", fsdp_moments), ("zero-stages", zero_stages),
+            ("tp-seams", tp_seams)]
 
 
 def main() -> None:
