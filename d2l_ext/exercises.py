@@ -1002,7 +1002,7 @@ def _parallelism_1(sent_per_gpu: Any, run: dict) -> Text:
         return close("count the backward pass too (it runs as many all-reduces as the forward "
                      "pass), and use the all-reduce's factor 2(k − 1)/k, not a reduce-scatter's.",
                      "还要算上反向传播（它的全归约次数与前向传播一样多），并且要用全归约的因子 "
-                     "2(k − 1)/k，而不是归约散射的。")
+                     "2(k − 1)/k，而不是归约散射的因子。")
     if near(sent_per_gpu, 2 * sent, 1) or near(sent_per_gpu, 2 * payload, 1):
         return close("bfloat16 has 2 bytes per element, and a ring sends 2(k − 1)/k of the "
                      "payload, not twice it.",
