@@ -1,15 +1,16 @@
 """Context parallelism by hand: ring attention (Liu et al., 2023) over the ``k`` processes of
 one ``torch.distributed`` group.
 
-Each process holds one contiguous shard of the sequence: its queries, keys and values.
-Attention needs every query against every key, so the key and value shards travel around a
-ring: at each of ``k`` steps a process attends its queries to the shard it holds, folds the
-result into an online softmax (the running maximum, sum and output of the tiled attention
-page), and passes the shard on to the next process while receiving one from the previous.
-After ``k`` steps each process has its queries' exact output; no process ever held more
-than two shards of keys and values. With a causal mask a process skips the shards that come
-after its own (they are masked out entirely), which leaves the later processes with more
-work: the load imbalance that zigzag orderings of the shards fix.
+Each process holds its chunks of the sequence (:func:`d2l_ext.split_bytes.ring_chunks`):
+their queries, keys and values. Attention needs every query against every key, so the keys
+and values travel around a ring: at each of ``k`` steps a process attends its queries to the
+keys and values it holds, folds the result into an online softmax (a running maximum, sum
+and output per query, as in the tiled attention of the transformers chapter), and passes
+them on to the next process while receiving the previous process's. After ``k`` steps each
+process has its queries' exact output, and no process held more than two shards of keys and
+values at a time. Under a causal mask a process skips the chunks of keys that come after
+its queries; with contiguous chunks that leaves the later processes most of the work, and
+the zigzag layout (an early and a late chunk per process) evens it out.
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ import math
 import torch
 
 from d2l_ext.collectives import rank_and_size, send_receive
+from d2l_ext.split_bytes import Work, ring_attention_bytes, ring_chunks
+
+__all__ = ["ring_attention", "ring_attention_bytes", "ring_chunks", "Work"]
+
+_State = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
 def _fold(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-          state: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
-          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+          state: _State) -> _State:
     """One block of keys folded into the running (maximum, sum, output) of ``q``'s rows."""
     high, total, out = state
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -35,37 +40,40 @@ def _fold(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor 
     return new_high, total * rescale + weights.sum(-1, keepdim=True), out * rescale + weights @ v
 
 
-def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                   causal: bool = True) -> torch.Tensor:
-    """Attention of this process's queries ``q`` (batch, heads, s/k, head size) to the whole
-    sequence, whose keys and values are sharded like ``q`` across the processes in rank
-    order. Every process calls it; each gets its own shard of the output."""
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True,
+                   layout: str = "contiguous", work: Work | None = None) -> torch.Tensor:
+    """Attention of this process's queries ``q`` (batch, heads, rows, head size) to the whole
+    sequence, whose queries, keys and values are sharded alike across the processes as
+    ``layout`` says (:func:`~d2l_ext.split_bytes.ring_chunks`; this process's chunks one
+    after the other). Every process calls it and gets the output of its own rows. ``work``,
+    if given, counts the query–key scores this process computes."""
     rank, size = rank_and_size()
     if q.shape != k.shape or k.shape != v.shape:
         raise ValueError(f"q, k and v must have one shape per process, not {tuple(q.shape)}, "
                          f"{tuple(k.shape)} and {tuple(v.shape)}")
-    rows = q.shape[-2]
-    state = (torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype),
-             torch.zeros((*q.shape[:-1], 1), dtype=q.dtype), torch.zeros_like(q))
+    mine = ring_chunks(rank, size, layout)
+    if q.shape[-2] % len(mine):
+        raise ValueError(f"the {layout} layout gives each process {len(mine)} chunks of equal "
+                         f"length; {q.shape[-2]} rows do not divide evenly")
+    n = q.shape[-2] // len(mine)
+    queries = q.split(n, dim=-2)
+    states = [(torch.full((*part.shape[:-1], 1), float("-inf"), dtype=q.dtype, device=q.device),
+               torch.zeros((*part.shape[:-1], 1), dtype=q.dtype, device=q.device),
+               torch.zeros_like(part)) for part in queries]
+    diagonal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
     kv = torch.stack([k, v])
     for step in range(size):
-        owner = (rank - step) % size  # whose shard of keys and values this process holds
-        if not causal or owner < rank:
-            state = _fold(q, kv[0], kv[1], None, state)
-        elif owner == rank:
-            mask = torch.ones(rows, rows, dtype=torch.bool).tril()
-            state = _fold(q, kv[0], kv[1], mask, state)
+        owner = (rank - step) % size  # whose keys and values this process holds now
+        held = zip(ring_chunks(owner, size, layout), kv[0].split(n, dim=-2),
+                   kv[1].split(n, dim=-2))
+        for key_chunk, keys, values in held:
+            for i, (query_chunk, part) in enumerate(zip(mine, queries)):
+                if causal and key_chunk > query_chunk:
+                    continue  # every key in the chunk comes after every query: all masked
+                mask = diagonal if causal and key_chunk == query_chunk else None
+                states[i] = _fold(part, keys, values, mask, states[i])
+                if work is not None:
+                    work.add(part.shape[:-1].numel() * n)
         if step < size - 1:
             kv = send_receive(kv, to=(rank + 1) % size, source=(rank - 1) % size)
-    high, total, out = state
-    return out / total
-
-
-def ring_bytes_per_process(batch: int, heads: int, seq: int, head_size: int, item: int,
-                           processes: int) -> dict[str, int]:
-    """What one process sends in one ring attention: its keys and values shard,
-    2·b·h·(s/k)·d_h numbers, at each of the k − 1 steps."""
-    if seq % processes:
-        raise ValueError(f"the sequence ({seq}) must divide evenly among {processes} processes")
-    shard = 2 * batch * heads * (seq // processes) * head_size * item
-    return {"sends": processes - 1, "per_send": shard, "total": (processes - 1) * shard}
+    return torch.cat([out / total for _, total, out in states], dim=-2)

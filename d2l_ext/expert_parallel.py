@@ -1,13 +1,14 @@
 """A mixture-of-experts layer, whole in one process and split by experts across processes.
 
 :class:`MoE` routes each token to its ``top_k`` experts (small MLPs) by a learned router and
-sums their outputs weighted by the router's softmax. :class:`ExpertParallelMoE` holds
-``experts / k`` of them in each of the ``k`` processes: each process routes its own tokens,
-sends every token to the process that holds its expert with an all-to-all, runs its experts
-on what arrives, and returns the results with a second all-to-all. The two all-to-alls are
-differentiable (the backward pass runs them in reverse), and counted
-(:mod:`d2l_ext.collectives`), so a page can check the bytes against
-:func:`dispatch_bytes` and read the load of each expert.
+sums their outputs weighted by the router's softmax over those ``top_k``.
+:class:`ExpertParallelMoE` holds ``experts / k`` of them in each of the ``k`` processes: each
+process routes its own tokens, tells every process how many rows it will send to each of
+its experts, sends every (token, expert) row to the process that holds the expert with an
+all-to-all, runs its experts on what arrives, and returns the results with a second
+all-to-all. Both all-to-alls are differentiable (the backward pass runs them the other way)
+and counted (:mod:`d2l_ext.collectives`), so a page can check the bytes against
+:func:`~d2l_ext.split_bytes.dispatch_bytes` and read the load of each expert.
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ from __future__ import annotations
 import copy
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
 from d2l_ext.collectives import all_to_all, rank_and_size
+from d2l_ext.split_bytes import dispatch_bytes, load_imbalance
+
+__all__ = ["MoE", "ExpertParallelMoE", "dispatch_bytes", "imbalance"]
 
 
 class MoE(nn.Module):
@@ -84,52 +89,37 @@ class ExpertParallelMoE(nn.Module):
         self.router = copy.deepcopy(moe.router)
         self.up = nn.Parameter(moe.up.detach()[mine].clone())
         self.down = nn.Parameter(moe.down.detach()[mine].clone())
-        self.load: torch.Tensor | None = None  # tokens per local expert, last call
+        self.load: torch.Tensor | None = None  # rows per local expert, last call
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rank, size = rank_and_size()
+        _, size = rank_and_size()
         shape = x.shape
         x = x.reshape(-1, shape[-1])
         scores, chosen = self.router(x).topk(self.top_k, dim=-1)
         weights = scores.softmax(dim=-1)
         flat = chosen.reshape(-1)  # one entry per (token, slot)
         order = flat.argsort(stable=True)  # grouped by expert, so by process
-        owner = flat[order] // self.local
-        send = torch.bincount(owner, minlength=size).tolist()
-        received = self.received_sizes(send)  # the return trip sends these back
         token = order // self.top_k
-        # the experts' numbers travel with the tokens, as one more column
-        payload = torch.cat([x[token], flat[order, None].to(x.dtype)], dim=1)
-        arrived = _Exchange.apply(payload, send)
-        inputs, expert = arrived[:, :-1], arrived[:, -1].long() - rank * self.local
-        self.load = torch.bincount(expert, minlength=self.local)
-        outputs = torch.zeros_like(inputs)
+        counts = torch.bincount(flat, minlength=self.local * size)  # rows for each expert
+        incoming = torch.empty_like(counts)  # rows for each of my experts, from each process
+        dist.all_to_all_single(incoming, counts)
+        incoming = incoming.view(size, self.local)
+        arrived = _Exchange.apply(x[token], counts.view(size, self.local).sum(1).tolist())
+        # rows arrive by process, each process's grouped by expert: which expert each is for
+        expert = torch.arange(self.local, device=x.device).repeat(size).repeat_interleave(
+            incoming.reshape(-1))
+        self.load = incoming.sum(0)
+        outputs = torch.zeros_like(arrived)
         for e in range(self.local):
             rows = (expert == e).nonzero(as_tuple=True)[0]
             if len(rows):
                 outputs = outputs.index_copy(
-                    0, rows, F.gelu(inputs[rows] @ self.up[e]) @ self.down[e])
-        back = _Exchange.apply(outputs, received)
+                    0, rows, F.gelu(arrived[rows] @ self.up[e]) @ self.down[e])
+        back = _Exchange.apply(outputs, incoming.sum(1).tolist())
         weighted = weights.reshape(-1)[order, None] * back
         return torch.zeros_like(x).index_add(0, token, weighted).reshape(shape)
 
-    @staticmethod
-    def received_sizes(send: list[int]) -> list[int]:
-        """How many rows each process sent here, for the return trip (exchanged again)."""
-        incoming = torch.empty(len(send), dtype=torch.long)
-        torch.distributed.all_to_all_single(incoming, torch.tensor(send))
-        return incoming.tolist()
-
-
-def dispatch_bytes(rows_out: int, rows_in: int, d: int, item: int) -> int:
-    """Bytes one process hands the two all-to-alls of a forward pass: ``rows_out`` (token,
-    expert) pairs go to other processes, each a row of d numbers with its expert's number
-    (one more column), and the outputs of the ``rows_in`` rows other processes sent here go
-    back, d numbers each. (The backward pass sends as many bytes, the other way round.)"""
-    return (rows_out * (d + 1) + rows_in * d) * item
-
 
 def imbalance(load: torch.Tensor) -> float:
-    """The busiest expert's tokens over the mean: 1 is perfectly balanced."""
-    load = load.double()
-    return float(load.max() / load.mean()) if load.sum() > 0 else 1.0
+    """The busiest expert's rows over the mean: 1 is perfectly balanced."""
+    return load_imbalance(load.tolist())

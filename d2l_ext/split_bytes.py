@@ -2,14 +2,19 @@
 the :class:`Traffic` a counter records, what a ring sends for a payload (:func:`ring_bytes`),
 and the bytes one split transformer block hands to its collectives in a step, under tensor
 parallelism (:func:`block_all_reduce_bytes`) and sequence parallelism
-(:func:`block_sequence_bytes`). Shared by the PyTorch splits (:mod:`d2l_ext.tensor_parallel`)
-and the MXNet ones (:mod:`d2l_ext.tensor_parallel_mxnet`); imports neither framework."""
+(:func:`block_sequence_bytes`); which chunks of a sequence each process of a ring attention
+holds (:func:`ring_chunks`) and what it sends (:func:`ring_attention_bytes`); what a
+mixture-of-experts layer hands its all-to-alls (:func:`dispatch_bytes`) and how unevenly its
+experts are loaded (:func:`load_imbalance`). Shared by the PyTorch splits and the MXNet
+ones; imports neither framework."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Traffic", "ring_bytes", "block_all_reduce_bytes", "block_sequence_bytes"]
+__all__ = ["Traffic", "Work", "ring_bytes", "block_all_reduce_bytes", "block_sequence_bytes",
+           "ring_chunks", "ring_attention_bytes", "dispatch_bytes", "load_imbalance"]
 
 
 @dataclass
@@ -21,6 +26,17 @@ class Traffic:
     def record(self, kind: str, nbytes: int) -> None:
         self.calls[kind] = self.calls.get(kind, 0) + 1
         self.payload[kind] = self.payload.get(kind, 0) + nbytes
+
+
+@dataclass
+class Work:
+    """What one process computed: the query–key scores of the blocks it folded in."""
+    scores: int = 0
+    blocks: int = 0
+
+    def add(self, scores: int) -> None:
+        self.scores += scores
+        self.blocks += 1
 
 
 def ring_bytes(kind: str, payload: int, processes: int) -> int:
@@ -66,3 +82,46 @@ def block_sequence_bytes(batch: int, seq: int, d: int, item: int, world: int,
             "all_gather_calls": gathers, "reduce_scatter_calls": 2 * rounds,
             "sent_per_process": (gathers * ring_bytes("all_gather", shard, world)
                                  + 2 * rounds * ring_bytes("reduce_scatter", whole, world))}
+
+
+LAYOUTS = ("contiguous", "zigzag")
+
+
+def ring_chunks(rank: int, size: int, layout: str = "contiguous") -> list[int]:
+    """The chunks of the sequence that process ``rank`` of ``size`` holds, in order.
+    ``"contiguous"``: the sequence cut into ``size`` chunks, chunk ``rank``. ``"zigzag"``: cut
+    into ``2·size`` chunks, chunks ``rank`` and ``2·size − 1 − rank``, an early one and a late
+    one, so that under a causal mask every process computes as many scores."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout is one of {', '.join(LAYOUTS)}, not {layout!r}")
+    if not 0 <= rank < size:
+        raise ValueError(f"rank must be between 0 and {size - 1}, not {rank}")
+    return [rank] if layout == "contiguous" else [rank, 2 * size - 1 - rank]
+
+
+def ring_attention_bytes(batch: int, heads: int, seq: int, head_size: int, item: int,
+                         processes: int) -> dict[str, int]:
+    """What one process sends in one ring attention's forward pass: its shard of keys and
+    values, 2·b·h·(s/k)·d_h numbers, at each of the k − 1 steps."""
+    if seq % processes:
+        raise ValueError(f"the sequence ({seq}) must divide evenly among {processes} processes")
+    shard = 2 * batch * heads * (seq // processes) * head_size * item
+    return {"sends": processes - 1, "per_send": shard, "total": (processes - 1) * shard}
+
+
+def dispatch_bytes(rows_out: int, rows_in: int, d: int, item: int) -> int:
+    """Bytes one process hands the two all-to-alls of a mixture-of-experts forward pass:
+    ``rows_out`` (token, expert) pairs whose expert another process holds go there, d numbers
+    each, and the outputs of the ``rows_in`` rows other processes sent here go back, d
+    numbers each. (The backward pass sends as many bytes, the other way round; the counts
+    of rows exchanged first are a few integers and not counted.)"""
+    return (rows_out + rows_in) * d * item
+
+
+def load_imbalance(loads: Sequence[float]) -> float:
+    """The busiest worker's load over the mean load: 1 is perfectly balanced."""
+    loads = [float(x) for x in loads]
+    if not loads:
+        raise ValueError("load_imbalance needs at least one load")
+    total = sum(loads)
+    return max(loads) * len(loads) / total if total > 0 else 1.0

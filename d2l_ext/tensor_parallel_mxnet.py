@@ -90,6 +90,31 @@ class ContextGroup:
         return [np.take(total, np.arange(r * part, (r + 1) * part, ctx=total.ctx), axis=axis)
                 for r, total in enumerate(self._sum(parts))]
 
+    def shift(self, parts: Sequence[Any]) -> list[Any]:
+        """One step around a ring: context r's array copied to context r + 1 (the last one's
+        to the first); returns what each context received. Counts one context's array."""
+        self._check(parts)
+        self.traffic.record("send", _bytes(parts[0]))
+        return [parts[(r - 1) % self.size].copyto(c) for r, c in enumerate(self.contexts)]
+
+    def all_to_all(self, parts: Sequence[Sequence[Any]]) -> list[list[Any]]:
+        """``parts[i][j]``, context i's array for context j, copied there; returns, for each
+        context j, what every context sent it, in context order. The arrays may differ in
+        length. Counts what all the contexts send to others, together (the payloads of an
+        all-to-all differ from context to context)."""
+        if len(parts) != self.size or any(len(row) != self.size for row in parts):
+            raise ValueError(f"all_to_all needs {self.size} × {self.size} arrays: for each "
+                             "context, one array for each context")
+        for row, ctx in zip(parts, self.contexts):
+            for part in row:
+                if part.ctx != ctx:
+                    raise ValueError(f"an array on {part.ctx} was handed in for {ctx}: copy "
+                                     "it there first (array.copyto(ctx))")
+        self.traffic.record("all_to_all", sum(_bytes(part) for i, row in enumerate(parts)
+                                              for j, part in enumerate(row) if i != j))
+        return [[parts[i][j].copyto(c) if i != j else parts[i][j].copy()
+                 for i in range(self.size)] for j, c in enumerate(self.contexts)]
+
 
 @dataclass
 class BlockShard:

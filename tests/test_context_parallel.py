@@ -1,6 +1,7 @@
 """Ring attention by hand (d2l_ext.context_parallel) in real gloo processes: each process's
-output equals its rows of full attention, causal or not, for 1–4 processes and odd sizes; it
-sends its keys-and-values shard k − 1 times, as the formula counts."""
+output equals its rows of full attention, causal or not, contiguous or zigzag, for 1–4
+processes and odd sizes; it sends its keys-and-values shard k − 1 times, as the formula
+counts; the scores it computes are those of the chunks the causal mask leaves."""
 
 from __future__ import annotations
 
@@ -12,36 +13,78 @@ from d2l_ext import collectives, comm
 from d2l_ext import context_parallel as cp
 
 
-def _ring(rank: int, world: int, shape: tuple[int, int, int, int], causal: bool):
+def _positions(rank: int, world: int, seq: int, layout: str) -> torch.Tensor:
+    chunks = cp.ring_chunks(rank, world, layout)
+    n = seq // (world * len(cp.ring_chunks(0, world, layout)))
+    return torch.cat([torch.arange(c * n, (c + 1) * n) for c in chunks])
+
+
+def _ring(rank: int, world: int, shape: tuple[int, int, int, int], causal: bool, layout: str):
     torch.manual_seed(0)
     q, k, v = (torch.randn(shape, dtype=torch.float64) for _ in range(3))
     full = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    rows = shape[2] // world
-    mine = slice(rank * rows, (rank + 1) * rows)
+    mine = _positions(rank, world, shape[2], layout)
+    work = cp.Work()
     with collectives.counting() as traffic:
-        out = cp.ring_attention(q[:, :, mine], k[:, :, mine], v[:, :, mine], causal)
-    return (out - full[:, :, mine]).abs().max().item(), dict(traffic.calls), dict(traffic.payload)
+        out = cp.ring_attention(q[:, :, mine], k[:, :, mine], v[:, :, mine], causal, layout,
+                                work=work)
+    return ((out - full[:, :, mine]).abs().max().item(), dict(traffic.calls),
+            dict(traffic.payload), work.scores, work.blocks)
 
 
 @pytest.mark.parametrize("world, shape", [(1, (1, 2, 6, 4)), (2, (2, 3, 8, 5)),
-                                          (3, (1, 2, 9, 8)), (4, (2, 1, 12, 3))])
+                                          (3, (1, 2, 12, 8)), (4, (2, 1, 16, 3))])
 @pytest.mark.parametrize("causal", [True, False])
-def test_ring_attention_equals_full_attention(world, shape, causal):
-    results = comm.spawn(_ring, world, shape, causal, backend="gloo", threads=1)
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_ring_attention_equals_full_attention(world, shape, causal, layout):
+    results = comm.spawn(_ring, world, shape, causal, layout, backend="gloo", threads=1)
     b, h, s, d = shape
-    expected = cp.ring_bytes_per_process(b, h, s, d, 8, world)
-    for error, calls, payload in results:
+    expected = cp.ring_attention_bytes(b, h, s, d, 8, world)
+    chunks = world * len(cp.ring_chunks(0, world, layout))
+    n = s // chunks
+    for rank, (error, calls, payload, scores, blocks) in enumerate(results):
         assert error < 1e-12
         assert calls == ({"send": expected["sends"]} if world > 1 else {})
         assert payload.get("send", 0) == expected["total"]
+        mine = cp.ring_chunks(rank, world, layout)
+        visible = sum(1 for qc in mine for kc in range(chunks) if not causal or kc <= qc)
+        assert blocks == visible
+        assert scores == visible * b * h * n * n
+    if causal and world > 1:  # contiguous: the last process works most; zigzag: all alike
+        work = [r[3] for r in results]
+        assert (work[-1] > work[0]) if layout == "contiguous" else len(set(work)) == 1
+
+
+def test_chunks_cover_the_sequence_once():
+    for world in (1, 2, 3, 5):
+        for layout, per in (("contiguous", 1), ("zigzag", 2)):
+            held = sorted(c for r in range(world) for c in cp.ring_chunks(r, world, layout))
+            assert held == list(range(per * world))
+    assert cp.ring_chunks(1, 4, "zigzag") == [1, 6]
+    with pytest.raises(ValueError, match="layout is one of contiguous, zigzag"):
+        cp.ring_chunks(0, 2, "striped")
+    with pytest.raises(ValueError, match="rank must be between 0 and 1"):
+        cp.ring_chunks(2, 2)
+
+
+def _odd_zigzag(rank: int, world: int):
+    try:
+        cp.ring_attention(*(torch.zeros(1, 1, 3, 4) for _ in range(3)), layout="zigzag")
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def test_zigzag_needs_two_equal_chunks():
+    assert "do not divide evenly" in comm.spawn(_odd_zigzag, 2, backend="gloo", threads=1)[0]
 
 
 def test_the_formula_needs_whole_shards():
     # keys and values: 2 × (1 batch × 2 heads × 8/4 rows × 4 features) × 2 bytes = 64
-    assert cp.ring_bytes_per_process(1, 2, 8, 4, 2, 4) == {"sends": 3, "per_send": 64,
+    assert cp.ring_attention_bytes(1, 2, 8, 4, 2, 4) == {"sends": 3, "per_send": 64,
                                                            "total": 192}
     with pytest.raises(ValueError, match="divide evenly among 3"):
-        cp.ring_bytes_per_process(1, 2, 8, 4, 2, 3)
+        cp.ring_attention_bytes(1, 2, 8, 4, 2, 3)
 
 
 def _mismatched(rank: int, world: int):

@@ -61,4 +61,4 @@ def test_imbalance_and_bad_sizes():
     assert ep.imbalance(torch.tensor([0, 0])) == 1.0
     with pytest.raises(ValueError, match="top_k must be between 1 and the experts"):
         ep.MoE(4, 8, 2, top_k=3)
-    assert ep.dispatch_bytes(3, 2, 4, 2) == (3 * 5 + 2 * 4) * 2
+    assert ep.dispatch_bytes(3, 2, 4, 2) == (3 + 2) * 4 * 2

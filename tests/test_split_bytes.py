@@ -22,3 +22,23 @@ def test_the_mxnet_splits_import_without_torch():
     pytest.importorskip("mxnet")
     done = _imports("d2l_ext.tensor_parallel_mxnet")
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_load_imbalance_and_work():
+    from d2l_ext.split_bytes import Work, load_imbalance
+    assert load_imbalance([2, 2, 2, 2]) == 1.0
+    assert load_imbalance([6, 1, 1, 0]) == 3.0
+    assert load_imbalance([0, 0]) == 1.0
+    with pytest.raises(ValueError, match="at least one load"):
+        load_imbalance([])
+    work = Work()
+    work.add(12)
+    work.add(3)
+    assert (work.scores, work.blocks) == (15, 2)
+
+
+def test_dispatch_and_ring_attention_bytes():
+    from d2l_ext.split_bytes import dispatch_bytes, ring_attention_bytes
+    assert dispatch_bytes(3, 2, 4, 2) == 40  # (3 + 2) rows × 4 numbers × 2 bytes
+    # keys and values: 2 × (1 batch × 2 heads × 8/4 rows × 4 features) × 2 bytes = 64
+    assert ring_attention_bytes(1, 2, 8, 4, 2, 4) == {"sends": 3, "per_send": 64, "total": 192}
