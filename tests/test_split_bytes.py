@@ -1,5 +1,5 @@
 """d2l_ext.split_bytes imports no framework, so that the MXNet tab's splits count their bytes
-without PyTorch; d2l_ext.tensor_parallel_mxnet imports with torch unavailable."""
+without PyTorch; the MXNet splits import with torch unavailable."""
 
 import subprocess
 import sys
@@ -20,8 +20,9 @@ def test_the_byte_formulas_need_no_framework():
 
 def test_the_mxnet_splits_import_without_torch():
     pytest.importorskip("mxnet")
-    done = _imports("d2l_ext.tensor_parallel_mxnet")
-    assert done.returncode == 0, done.stderr[-2000:]
+    for module in ("tensor_parallel_mxnet", "context_parallel_mxnet", "expert_parallel_mxnet"):
+        done = _imports(f"d2l_ext.{module}")
+        assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_load_imbalance_and_work():
