@@ -1082,3 +1082,84 @@ def _parallelism_pipeline_2(fewest_micro_batches: Any, run: dict) -> Text:
         return close("give a whole number of micro-batches.", "微批量数要是整数。")
     return not_quite("solve (p − 1)/(m + p − 1) ≤ 0.05 for m, with p = 8.",
                      "在 p = 8 时，对 m 解不等式 (p − 1)/(m + p − 1) ≤ 0.05。")
+
+
+# ---------------------------------------------------------------- parallelism-context-expert
+@exercise("parallelism-context-expert", 1, "ring_bytes")
+def _parallelism_context_expert_1(ring_bytes: Any, run: dict) -> Text:
+    shard = 2 * 8 * (131072 // 16) * 128 * 2  # keys and values of 8,192 tokens, bfloat16
+    if near(ring_bytes, 15 * shard, 0.5):
+        return correct("a shard is 8,192 tokens; its keys and values are 2 · 8 · 8,192 · 128 "
+                       "numbers of 2 bytes, 33,554,432 bytes, sent k − 1 = 15 times: "
+                       "503,316,480 bytes (480 MiB).",
+                       "每个分片 8,192 个词元；其键和值共 2 · 8 · 8,192 · 128 个 2 字节的数，"
+                       "即 33,554,432 字节，发送 k − 1 = 15 次：503,316,480 字节（480 MiB）。")
+    if near(ring_bytes, 480, 0.5):
+        return close("give it in bytes, not MiB.", "请以字节为单位，而不是 MiB。")
+    if near(ring_bytes, 16 * shard, 0.5):
+        return close("a process sends its shard k − 1 times, not k: after the last step "
+                     "nobody needs it.", "一个进程发送自己的分片 k − 1 次，而不是 k 次："
+                     "最后一步之后没有人再需要它。")
+    if near(ring_bytes, 4 * 15 * shard, 0.5):
+        return close("the ring carries keys and values, which have 8 heads here, not the "
+                     "queries' 32.",
+                     "环上传递的是键和值，这里它们只有 8 个头，而不是查询的 32 个。")
+    if near(ring_bytes, 15 * shard / 2, 0.5) or near(ring_bytes, shard, 0.5):
+        return close("count both the keys and the values, at every one of the k − 1 steps.",
+                     "键和值都要算上，并且 k − 1 步中的每一步都要算。")
+    if near(ring_bytes, 15 * shard, 15 * shard * 0.01):
+        return close("give it exactly: it is a whole number of bytes.",
+                     "请给出精确值：它是整数个字节。")
+    return not_quite("find the tokens each process holds, the numbers in its keys and values "
+                     "(heads × head size each), their bytes, and how many times the shard "
+                     "is passed on.",
+                     "先算出每个进程持有的词元数、其键和值中的数字个数（每个词元为头数 × "
+                     "每头维数）及字节数，再看这个分片被传递了几次。")
+
+
+@exercise("parallelism-context-expert", 2, "last_over_mean")
+def _parallelism_context_expert_2(last_over_mean: Any, run: dict) -> Text:
+    if near(last_over_mean, 16 / 9, 0.005):
+        return correct("process r computes r + 1 blocks: 1 to 8, a mean of 4.5; the last one "
+                       "computes 8, 16/9 ≈ 1.78 times the mean.",
+                       "进程 r 计算 r + 1 个块：从 1 到 8，平均 4.5；最后一个计算 8 个，"
+                       "是平均值的 16/9 ≈ 1.78 倍。")
+    if near(last_over_mean, 7.5 / 4, 0.005):
+        return close("that counts the diagonal block as half; the question counts every "
+                     "computed block whole.",
+                     "这是把对角块算作半块的结果；题目要求把每个算过的块都按整块计。")
+    if near(last_over_mean, 2, 0.005) or near(last_over_mean, 8, 0.005):
+        return close("divide by the mean over the 8 processes, which compute 1, 2, …, 8 "
+                     "blocks.", "要除以 8 个进程的平均值，它们分别计算 1、2、…、8 个块。")
+    if near(last_over_mean, 1, 0.005):
+        return close("that is the zigzag layout; the question asks about contiguous chunks.",
+                     "这是之字形布局的结果；题目问的是连续分块。")
+    return not_quite("count the blocks process r computes under a causal mask with contiguous "
+                     "chunks, then compare the last process with the mean.",
+                     "数一数在因果掩码和连续分块下进程 r 计算几个块，"
+                     "再用最后一个进程与平均值相比。")
+
+
+@exercise("parallelism-context-expert", 3, "dispatch_bytes_per_process")
+def _parallelism_context_expert_3(dispatch_bytes_per_process: Any, run: dict) -> Text:
+    away = 8192 * 2 * 7 // 8  # rows whose expert is on another process
+    answer = (away + away) * 4096 * 2
+    if near(dispatch_bytes_per_process, answer, 0.5):
+        return correct("16,384 rows, 7/8 of them elsewhere: 14,336 rows go out, as many "
+                       "arrive and go back; (14,336 + 14,336) · 4,096 · 2 = 234,881,024 bytes.",
+                       "16,384 行中有 7/8 在别处：送出 14,336 行，也有同样多的行到达并被送回；"
+                       "(14,336 + 14,336) · 4,096 · 2 = 234,881,024 字节。")
+    if near(dispatch_bytes_per_process, answer / 2, 0.5):
+        return close("count the second all-to-all too: the results of the rows others sent "
+                     "here go back.", "还要算上第二次全对全：别的进程送来的行，其结果要送回去。")
+    if near(dispatch_bytes_per_process, answer * 8 / 7, 0.5):
+        return close("the rows whose expert is on this process stay here: 1/8 of them.",
+                     "专家就在本进程上的那些行（占 1/8）留在本地，不必发送。")
+    if near(dispatch_bytes_per_process, answer / 2 * (4097 / 4096), 0.5):
+        return close("send d numbers per row; the expert of each row need not travel with it "
+                     "(the counts per expert are exchanged first).",
+                     "每行发送 d 个数即可；每行所属的专家不必随行发送（各专家的行数会先交换）。")
+    return not_quite("count the (token, expert) rows, the share of them that go to other "
+                     "processes, and what comes back; each row is 4,096 numbers of 2 bytes.",
+                     "数一数（词元, 专家）行的数目、其中送往其他进程的比例，以及送回的部分；"
+                     "每行是 4,096 个 2 字节的数。")

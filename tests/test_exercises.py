@@ -1311,6 +1311,48 @@ def test_parallelism_pipeline_exercise_2_enough_micro_batches_for_a_5_percent_bu
     assert run(cell, "fewest_micro_batches = None").startswith("Exercise 2")
 
 
+def test_parallelism_context_expert_exercise_1_the_ring_s_bytes():
+    """15 sends of 2 · 8 · 8,192 · 128 bfloat16 numbers: 503,316,480 bytes."""
+    cell = check_cell("parallelism-context-expert", "exercise 1")
+    assert run(cell, "ring_bytes = 503_316_480").startswith("Correct")
+    assert run(cell, "ring_bytes = 15 * 2 * 8 * 8192 * 128 * 2", "zh").startswith("正确")
+    assert "k − 1 times" in run(cell, "ring_bytes = 536_870_912")
+    assert "8 heads" in run(cell, "ring_bytes = 2_013_265_920")
+    assert "both the keys and the values" in run(cell, "ring_bytes = 251_658_240")
+    assert "not MiB" in run(cell, "ring_bytes = 480")
+    assert "exactly" in run(cell, "ring_bytes = 5.03e8")
+    out = run(cell, "ring_bytes = 1e6")
+    assert out.startswith("Not quite") and "503,316,480" not in out
+    assert run(cell, "ring_bytes = None").startswith("Exercise 1")
+
+
+def test_parallelism_context_expert_exercise_2_the_last_process_s_share():
+    """Blocks 1 to 8, a mean of 4.5: the last process computes 16/9 of the mean."""
+    cell = check_cell("parallelism-context-expert", "exercise 2")
+    assert run(cell, "last_over_mean = 16 / 9").startswith("Correct")
+    assert run(cell, "last_over_mean = 1.78", "zh").startswith("正确")
+    assert "half" in run(cell, "last_over_mean = 7.5 / 4")
+    assert "mean over the 8" in run(cell, "last_over_mean = 8")
+    assert "zigzag" in run(cell, "last_over_mean = 1")
+    out = run(cell, "last_over_mean = 3")
+    assert out.startswith("Not quite") and "16/9" not in out
+    assert run(cell, "last_over_mean = None").startswith("Exercise 2")
+
+
+def test_parallelism_context_expert_exercise_3_the_all_to_all_s_bytes():
+    """14,336 rows out and 14,336 back, 4,096 bfloat16 numbers each: 234,881,024 bytes."""
+    cell = check_cell("parallelism-context-expert", "exercise 3")
+    assert run(cell, "dispatch_bytes_per_process = 234_881_024").startswith("Correct")
+    assert run(cell, "dispatch_bytes_per_process = 2 * 14336 * 4096 * 2",
+               "zh").startswith("正确")
+    assert "second all-to-all" in run(cell, "dispatch_bytes_per_process = 117_440_512")
+    assert "stay here" in run(cell, "dispatch_bytes_per_process = 268_435_456")
+    assert "need not travel" in run(cell, "dispatch_bytes_per_process = 117_469_184")
+    out = run(cell, "dispatch_bytes_per_process = 1000")
+    assert out.startswith("Not quite") and "234,881,024" not in out
+    assert run(cell, "dispatch_bytes_per_process = None").startswith("Exercise 3")
+
+
 # ------------------------------------------------------------ the checks in d2l_ext.exercises
 CALL = re.compile(r'd2l\.check_exercise\(\s*"(?P<chapter>[\w-]+)",\s*(?P<number>\d+)')
 EXERCISES_HEADING = {"en": "## Exercises", "zh": "## 练习"}

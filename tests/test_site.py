@@ -688,6 +688,24 @@ def test_pipeline_page_runs_torch_s_schedules_and_mxnet_s_contexts(page, lang):
     assert page.errors == []
 
 
+@page_check("parallelism-context-expert")
+def test_context_expert_page_runs_processes_under_pytorch_and_contexts_under_mxnet(page, lang):
+    """The PyTorch tab writes ring attention by hand and splits the experts among processes;
+    the MXNet tab runs both across contexts; both show the load table and the zigzag figure
+    in the page's language."""
+    page.locator(".book-bar .fw-tab[data-fw=torch]").click()
+    ring = page.locator(".tag_torch", has_text="def ring_attention_by_hand(q, k, v):")
+    contexts = page.locator(".tag_mxnet", has_text="outs, load, moved = epm.moe_split(")
+    assert ring.is_visible() and not contexts.is_visible()
+    assert {"en": "dropped at capacity 1.25", "zh": "容量因子 1.25 时丢弃的比例"}[lang] in \
+        page.content()
+    assert page.locator("#fig-parallelism-zigzag").count() == 1
+    page.locator(".book-bar .fw-tab[data-fw=mxnet]").click()
+    assert contexts.is_visible() and not ring.is_visible()
+    assert {"en": "busiest context / mean", "zh": "最忙的上下文 / 平均"}[lang] in page.content()
+    assert page.errors == []
+
+
 @page_check("memory")
 def test_memory_page_shows_each_framework_its_own_counter(page, lang):
     """The PyTorch tab counts with d2l_ext.memory's Tracker and checkpoints the deep MLP; the
