@@ -112,12 +112,32 @@ def all_to_all(parts: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     return out
 
 
+class Exchange:
+    """A send and a receive in flight (:func:`start_send_receive`); :meth:`wait` returns the
+    received tensor once both are done."""
+
+    def __init__(self, received: torch.Tensor, requests: list) -> None:
+        self._received, self._requests = received, requests
+
+    def wait(self) -> torch.Tensor:
+        for request in self._requests:
+            request.wait()
+        return self._received
+
+
+def start_send_receive(tensor: torch.Tensor, to: int, source: int) -> Exchange:
+    """Start sending ``tensor`` to process ``to`` and receiving one of the same shape from
+    ``source`` (a step around a ring), and return at once, so that computation can run while
+    they travel. The two are posted as one batch (``batch_isend_irecv``): NCCL may block a
+    send until its receive is posted, and a batch cannot deadlock around a ring."""
+    _record("send", _bytes(tensor))
+    received = torch.empty_like(tensor)
+    requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, tensor.contiguous(), to),
+                                       dist.P2POp(dist.irecv, received, source)])
+    return Exchange(received, requests)
+
+
 def send_receive(tensor: torch.Tensor, to: int, source: int) -> torch.Tensor:
     """Send ``tensor`` to process ``to`` while receiving one of the same shape from
     ``source`` (a step around a ring); returns the received tensor."""
-    _record("send", _bytes(tensor))
-    received = torch.empty_like(tensor)
-    requests = [dist.isend(tensor.contiguous(), to), dist.irecv(received, source)]
-    for request in requests:
-        request.wait()
-    return received
+    return start_send_receive(tensor, to, source).wait()

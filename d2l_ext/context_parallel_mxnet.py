@@ -60,9 +60,9 @@ def ring_attention(qs: Sequence[Any], ks: Sequence[Any], vs: Sequence[Any],
         raise ValueError(f"q, k and v must have one shape on every context, not {sorted(shapes)}")
     per = len(ring_chunks(0, size, layout))
     rows = qs[0].shape[-2]
-    if rows % per:
-        raise ValueError(f"the {layout} layout gives each context {per} chunks of equal "
-                         f"length; {rows} rows do not divide evenly")
+    if rows == 0 or rows % per:
+        raise ValueError(f"the {layout} layout gives each context {per} chunk(s) of equal, "
+                         f"non-zero length; {rows} rows do not divide that way")
     n = rows // per
 
     def chunks(a: Any) -> list[Any]:

@@ -1113,8 +1113,8 @@ def _parallelism_context_expert_1(ring_bytes: Any, run: dict) -> Text:
     return not_quite("find the tokens each process holds, the numbers in its keys and values "
                      "(heads × head size each), their bytes, and how many times the shard "
                      "is passed on.",
-                     "先算出每个进程持有的词元数、其键和值中的数字个数（每个词元为头数 × "
-                     "每头维数）及字节数，再看这个分片被传递了几次。")
+                     "先算出每个进程持有的词元数、其键和值中的数字个数（键和值每个词元各有 头数 × "
+                     "每头维数 个数）及字节数，再看这个分片被传递了几次。")
 
 
 @exercise("parallelism-context-expert", 2, "last_over_mean")
@@ -1131,6 +1131,9 @@ def _parallelism_context_expert_2(last_over_mean: Any, run: dict) -> Text:
     if near(last_over_mean, 2, 0.005) or near(last_over_mean, 8, 0.005):
         return close("divide by the mean over the 8 processes, which compute 1, 2, …, 8 "
                      "blocks.", "要除以 8 个进程的平均值，它们分别计算 1、2、…、8 个块。")
+    if near(last_over_mean, 1.6, 0.005):
+        return close("that is the page's value for 4 processes; the question has 8.",
+                     "这是本页 4 个进程时的值；题目是 8 个进程。")
     if near(last_over_mean, 1, 0.005):
         return close("that is the zigzag layout; the question asks about contiguous chunks.",
                      "这是之字形布局的结果；题目问的是连续分块。")
@@ -1147,19 +1150,22 @@ def _parallelism_context_expert_3(dispatch_bytes_per_process: Any, run: dict) ->
     if near(dispatch_bytes_per_process, answer, 0.5):
         return correct("16,384 rows, 7/8 of them elsewhere: 14,336 rows go out, as many "
                        "arrive and go back; (14,336 + 14,336) · 4,096 · 2 = 234,881,024 bytes.",
-                       "16,384 行中有 7/8 在别处：送出 14,336 行，也有同样多的行到达并被送回；"
+                       "16,384 行中有 7/8 要送往别处：送出 14,336 行，也有同样多的行到达并被送回；"
                        "(14,336 + 14,336) · 4,096 · 2 = 234,881,024 字节。")
     if near(dispatch_bytes_per_process, answer / 2, 0.5):
         return close("count the second all-to-all too: the results of the rows others sent "
                      "here go back.", "还要算上第二次全对全：别的进程送来的行，其结果要送回去。")
     if near(dispatch_bytes_per_process, answer * 8 / 7, 0.5):
-        return close("the rows whose expert is on this process stay here: 1/8 of them.",
-                     "专家就在本进程上的那些行（占 1/8）留在本地，不必发送。")
+        return close("the rows whose expert is on this process do not leave it: 1/8 of them.",
+                     "专家就在本进程上的那些行（占 1/8）不离开本进程。")
+    if near(dispatch_bytes_per_process, 2 * answer, 0.5):
+        return close("that counts the backward pass too; the question asks for one forward "
+                     "pass.", "这把反向传播也算进去了；题目问的是一次前向传播。")
     if near(dispatch_bytes_per_process, answer / 2 * (4097 / 4096), 0.5):
         return close("send d numbers per row; the expert of each row need not travel with it "
                      "(the counts per expert are exchanged first).",
                      "每行发送 d 个数即可；每行所属的专家不必随行发送（各专家的行数会先交换）。")
     return not_quite("count the (token, expert) rows, the share of them that go to other "
                      "processes, and what comes back; each row is 4,096 numbers of 2 bytes.",
-                     "数一数（词元, 专家）行的数目、其中送往其他进程的比例，以及送回的部分；"
+                     "数一数（词元，专家）行的数目、其中送往其他进程的比例，以及送回的部分；"
                      "每行是 4,096 个 2 字节的数。")

@@ -110,11 +110,10 @@ class ExpertParallelMoE(nn.Module):
             incoming.reshape(-1))
         self.load = incoming.sum(0)
         outputs = torch.zeros_like(arrived)
-        for e in range(self.local):
-            rows = (expert == e).nonzero(as_tuple=True)[0]
-            if len(rows):
-                outputs = outputs.index_copy(
-                    0, rows, F.gelu(arrived[rows] @ self.up[e]) @ self.down[e])
+        for e in range(self.local):  # every expert runs, on no rows too: the backward pass
+            rows = (expert == e).nonzero(as_tuple=True)[0]  # must reach both exchanges
+            outputs = outputs.index_copy(
+                0, rows, F.gelu(arrived[rows] @ self.up[e]) @ self.down[e])
         back = _Exchange.apply(outputs, incoming.sum(1).tolist())
         weighted = weights.reshape(-1)[order, None] * back
         return torch.zeros_like(x).index_add(0, token, weighted).reshape(shape)

@@ -76,7 +76,38 @@ def _odd_zigzag(rank: int, world: int):
 
 
 def test_zigzag_needs_two_equal_chunks():
-    assert "do not divide evenly" in comm.spawn(_odd_zigzag, 2, backend="gloo", threads=1)[0]
+    assert "do not divide that way" in comm.spawn(_odd_zigzag, 2, backend="gloo", threads=1)[0]
+
+
+def _refusals(rank: int, world: int):
+    said = []
+    for q in (torch.zeros(1, 1, 4, 2, requires_grad=True), torch.zeros(1, 1, 0, 2)):
+        try:
+            cp.ring_attention(q, q.detach(), q.detach())
+        except ValueError as error:
+            said.append(str(error))
+    return said
+
+
+def test_the_ring_refuses_gradients_and_empty_shards():
+    said = comm.spawn(_refusals, 2, backend="gloo", threads=1)[0]
+    assert "forward pass only" in said[0] and "non-zero length" in said[1]
+
+
+def _bfloat16(rank: int, world: int):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 64, 16, dtype=torch.float64) for _ in range(3))
+    full = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    mine = _positions(rank, world, 64, "zigzag")
+    half = [t[:, :, mine].to(torch.bfloat16) for t in (q, k, v)]
+    out = cp.ring_attention(*half, layout="zigzag")
+    return out.dtype, (out.double() - full[:, :, mine]).abs().max().item()
+
+
+def test_bfloat16_inputs_keep_a_float32_softmax():
+    for dtype, error in comm.spawn(_bfloat16, 4, backend="gloo", threads=1):
+        assert dtype == torch.bfloat16
+        assert error < 2e-2  # the inputs' own rounding; the running sums are float32
 
 
 def test_the_formula_needs_whole_shards():

@@ -1334,6 +1334,7 @@ def test_parallelism_context_expert_exercise_2_the_last_process_s_share():
     assert "half" in run(cell, "last_over_mean = 7.5 / 4")
     assert "mean over the 8" in run(cell, "last_over_mean = 8")
     assert "zigzag" in run(cell, "last_over_mean = 1")
+    assert "4 processes" in run(cell, "last_over_mean = 1.6")
     out = run(cell, "last_over_mean = 3")
     assert out.startswith("Not quite") and "16/9" not in out
     assert run(cell, "last_over_mean = None").startswith("Exercise 2")
@@ -1346,7 +1347,8 @@ def test_parallelism_context_expert_exercise_3_the_all_to_all_s_bytes():
     assert run(cell, "dispatch_bytes_per_process = 2 * 14336 * 4096 * 2",
                "zh").startswith("正确")
     assert "second all-to-all" in run(cell, "dispatch_bytes_per_process = 117_440_512")
-    assert "stay here" in run(cell, "dispatch_bytes_per_process = 268_435_456")
+    assert "do not leave it" in run(cell, "dispatch_bytes_per_process = 268_435_456")
+    assert "one forward pass" in run(cell, "dispatch_bytes_per_process = 469_762_048")
     assert "need not travel" in run(cell, "dispatch_bytes_per_process = 117_469_184")
     out = run(cell, "dispatch_bytes_per_process = 1000")
     assert out.startswith("Not quite") and "234,881,024" not in out

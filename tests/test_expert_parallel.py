@@ -62,3 +62,26 @@ def test_imbalance_and_bad_sizes():
     with pytest.raises(ValueError, match="top_k must be between 1 and the experts"):
         ep.MoE(4, 8, 2, top_k=3)
     assert ep.dispatch_bytes(3, 2, 4, 2) == (3 + 2) * 4 * 2
+
+
+def _idle_experts(rank: int, world: int):
+    """Every token routed to experts 0 and 1 (process 0's): process 1's experts get no rows."""
+    torch.manual_seed(0)
+    moe = ep.MoE(4, 6, 4, top_k=2).double()
+    with torch.no_grad():
+        moe.router.weight.zero_()
+        moe.router.weight[2:] = -1.0  # negative scores for positive tokens
+    x = torch.rand(world, 5, 4, dtype=torch.float64, requires_grad=True)
+    moe(x).square().sum().backward()
+    split = ep.ExpertParallelMoE(moe)
+    mine = x[rank].detach().clone().requires_grad_()
+    split(mine).square().sum().backward()
+    return (split.load.tolist(), (mine.grad - x.grad[rank]).abs().max().item(),
+            (split.up.grad - moe.up.grad[2 * rank:2 * rank + 2]).abs().max().item())
+
+
+def test_a_process_whose_experts_get_no_rows_still_joins_the_backward_exchanges():
+    results = comm.spawn(_idle_experts, 2, backend="gloo", threads=1, timeout=60)
+    assert results[1][0] == [0, 0]
+    for _, input_error, expert_error in results:
+        assert input_error < 1e-12 and expert_error < 1e-12

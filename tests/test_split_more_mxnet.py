@@ -56,8 +56,11 @@ def test_ring_attention_across_contexts(k, shape, causal, layout):
 def test_ring_attention_refuses_bad_input():
     group = ContextGroup([mx.cpu(0), mx.cpu(1)])
     x = [np.zeros((1, 1, 3, 2), ctx=mx.cpu(i)) for i in range(2)]
-    with pytest.raises(ValueError, match="do not divide evenly"):
+    with pytest.raises(ValueError, match="do not divide that way"):
         cpm.ring_attention(x, x, x, group, layout="zigzag")
+    empty = [np.zeros((1, 1, 0, 2), ctx=mx.cpu(i)) for i in range(2)]
+    with pytest.raises(ValueError, match="non-zero length"):
+        cpm.ring_attention(empty, empty, empty, group)
     with pytest.raises(ValueError, match="one shape on every context"):
         cpm.ring_attention(x, x, [x[0], np.zeros((1, 1, 4, 2), ctx=mx.cpu(1))], group)
     with pytest.raises(ValueError, match="one array of queries, keys and values per context"):
@@ -89,6 +92,8 @@ def test_moe_split_equals_the_whole_layer(k, experts, top_k, tokens):
 
 
 def test_moe_refuses_bad_splits():
+    with pytest.raises(ValueError, match="at least one token"):
+        epm.route(np.zeros((0, 4)), epm.make_experts(4, 8, 2))
     with pytest.raises(ValueError, match="top_k must be between 1 and the experts"):
         epm.make_experts(4, 8, 2, top_k=3)
     with pytest.raises(ValueError, match="must divide evenly among 3 contexts"):
