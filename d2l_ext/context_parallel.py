@@ -49,8 +49,8 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     sequence, whose queries, keys and values are sharded alike across the processes as
     ``layout`` says (:func:`~d2l_ext.split_bytes.ring_chunks`; this process's chunks one
     after the other, every process with as many rows). Every process calls it and gets the
-    output of its own rows, in ``q``'s type (the running softmax is kept in float32 or
-    wider). ``work``, if given, counts the query–key scores this process computes. Forward
+    output of its own rows, in ``q``'s type (it computes in float32 or wider: a GPU
+    implementation would keep the products in 16 bits and only the running softmax wide). ``work``, if given, counts the query–key scores this process computes. Forward
     pass only."""
     rank, size = rank_and_size()
     if q.shape != k.shape or k.shape != v.shape:
@@ -65,7 +65,7 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
         raise ValueError(f"the {layout} layout gives each process {len(mine)} chunk(s) of "
                          f"equal, non-zero length; {q.shape[-2]} rows do not divide that way")
     n = q.shape[-2] // len(mine)
-    wide = torch.promote_types(q.dtype, torch.float32)  # the running softmax's type
+    wide = torch.promote_types(q.dtype, torch.float32)  # the type it computes in
     queries = q.to(wide).split(n, dim=-2)
     states = [(torch.full((*part.shape[:-1], 1), float("-inf"), dtype=wide, device=q.device),
                torch.zeros((*part.shape[:-1], 1), dtype=wide, device=q.device),

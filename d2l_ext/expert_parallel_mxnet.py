@@ -45,7 +45,7 @@ def route(x: Any, experts: Experts) -> tuple[onp.ndarray, Any]:
     """For tokens ``x`` (n, d): each one's ``top_k`` experts, as a NumPy array (n, top_k),
     and their weights, the softmax of the router's scores over those ``top_k``."""
     if x.shape[0] == 0:  # MXNet would report it later, at an unrelated operation
-        raise ValueError("route needs at least one token; give every context some tokens")
+        raise ValueError("route needs at least one token, not an empty array")
     scores = np.matmul(x, experts.router.T)
     chosen = npx.topk(scores, k=experts.top_k, ret_typ="indices", dtype="int64")
     best = npx.topk(scores, k=experts.top_k, ret_typ="value")

@@ -97,8 +97,9 @@ def test_the_ring_refuses_gradients_and_empty_shards():
 def _bfloat16(rank: int, world: int):
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, 2, 64, 16, dtype=torch.float64) for _ in range(3))
-    full = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     mine = _positions(rank, world, 64, "zigzag")
+    rounded = [t.to(torch.bfloat16).double() for t in (q, k, v)]  # the inputs' own rounding
+    full = F.scaled_dot_product_attention(*rounded, is_causal=True)
     half = [t[:, :, mine].to(torch.bfloat16) for t in (q, k, v)]
     out = cp.ring_attention(*half, layout="zigzag")
     return out.dtype, (out.double() - full[:, :, mine]).abs().max().item()
@@ -107,7 +108,7 @@ def _bfloat16(rank: int, world: int):
 def test_bfloat16_inputs_keep_a_float32_softmax():
     for dtype, error in comm.spawn(_bfloat16, 4, backend="gloo", threads=1):
         assert dtype == torch.bfloat16
-        assert error < 2e-2  # the inputs' own rounding; the running sums are float32
+        assert error < 5e-3  # the output's rounding: a running softmax in bfloat16 errs more
 
 
 def test_the_formula_needs_whole_shards():
@@ -128,3 +129,17 @@ def _mismatched(rank: int, world: int):
 
 def test_shards_of_different_shapes_are_refused():
     assert "one shape per process" in comm.spawn(_mismatched, 2, backend="gloo", threads=1)[0]
+
+
+def _exchange(rank: int, world: int):
+    from d2l_ext import collectives
+    t = torch.arange(6.0).reshape(2, 3).t() + 10 * rank  # not contiguous
+    got = collectives.send_receive(t, to=(rank + 1) % world, source=(rank - 1) % world)
+    return got.tolist()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_a_ring_step_takes_any_layout_and_a_ring_of_one(world):
+    for rank, got in enumerate(comm.spawn(_exchange, world, backend="gloo", threads=1)):
+        source = (rank - 1) % world
+        assert got == (torch.arange(6.0).reshape(2, 3).t() + 10 * source).tolist()
