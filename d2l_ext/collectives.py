@@ -130,10 +130,10 @@ def start_send_receive(tensor: torch.Tensor, to: int, source: int) -> Exchange:
     ``source`` (a step around a ring), and return at once, so that computation can run while
     they travel. The two are posted as one batch (``batch_isend_irecv``): NCCL may block a
     send until its receive is posted, and a batch cannot deadlock around a ring."""
-    _record("send", _bytes(tensor))
     received = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
-    if to == source == dist.get_rank():  # a ring of one: the tensor comes back as it is
+    if to == source == dist.get_rank():  # a ring of one: nothing is sent
         return Exchange(received.copy_(tensor), [])
+    _record("send", _bytes(tensor))
     requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, tensor.contiguous(), to),
                                        dist.P2POp(dist.irecv, received, source)])
     return Exchange(received, requests)

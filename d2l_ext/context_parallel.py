@@ -8,8 +8,9 @@ keys and values it holds, folds the result into an online softmax (a running max
 and output per query, as in the tiled attention of the transformers chapter), and passes
 them on to the next process while receiving the previous process's. After ``k`` steps each
 process has its queries' exact output, and no process held more than two shards of keys and
-values at a time (the next exchange is posted before a step's products, so that the two
-can overlap). Under a causal mask a process skips the chunks of keys that come after its
+values at a time, the one it computes with and the one in flight (plus, for 16-bit inputs,
+a float32 copy of the first; the next exchange is posted before a step's products, so that
+the two can overlap). Under a causal mask a process skips the chunks of keys that come after its
 queries; with contiguous chunks that leaves the later processes most of the work, and the
 zigzag layout (an early and a late chunk per process) evens it out. Forward pass only: the
 keys and values that arrive are new tensors to autograd, so a backward pass would miss
@@ -49,9 +50,10 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     sequence, whose queries, keys and values are sharded alike across the processes as
     ``layout`` says (:func:`~d2l_ext.split_bytes.ring_chunks`; this process's chunks one
     after the other, every process with as many rows). Every process calls it and gets the
-    output of its own rows, in ``q``'s type (it computes in float32 or wider: a GPU
-    implementation would keep the products in 16 bits and only the running softmax wide). ``work``, if given, counts the query–key scores this process computes. Forward
-    pass only."""
+    output of its own rows, in ``q``'s type. It computes in float32 or wider (a GPU kernel
+    would run the products in 16 bits on the tensor cores and keep only the running softmax
+    in float32). ``work``, if given, counts the query–key scores this process computes.
+    Forward pass only."""
     rank, size = rank_and_size()
     if q.shape != k.shape or k.shape != v.shape:
         raise ValueError(f"q, k and v must have one shape per process, not {tuple(q.shape)}, "

@@ -1114,7 +1114,7 @@ def _parallelism_context_expert_1(ring_bytes: Any, run: dict) -> Text:
                      "(heads × head size each), their bytes, and how many times the shard "
                      "is passed on.",
                      "先算出每个进程持有的词元数，再算出其键和值共有多少个数（每个词元的键和值"
-                     "各占 头数 × 每头维数 个）、合多少字节，最后看这个分片被传递了几次。")
+                     "各占“头数 × 每头维数”个）、合多少字节，最后看这个分片被传递了几次。")
 
 
 @exercise("parallelism-context-expert", 2, "last_over_mean")
