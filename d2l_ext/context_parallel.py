@@ -24,9 +24,9 @@ import math
 import torch
 
 from d2l_ext.collectives import rank_and_size, start_send_receive
-from d2l_ext.split_bytes import Work, ring_attention_bytes, ring_chunks
+from d2l_ext.split_bytes import Work, ring_attention_bytes, ring_chunks, ring_positions
 
-__all__ = ["ring_attention", "ring_attention_bytes", "ring_chunks", "Work"]
+__all__ = ["ring_attention", "ring_attention_bytes", "ring_chunks", "ring_positions", "Work"]
 
 _State = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 

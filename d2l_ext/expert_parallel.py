@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from d2l_ext.collectives import all_to_all, rank_and_size
-from d2l_ext.split_bytes import dispatch_bytes, load_imbalance
+from d2l_ext.split_bytes import dispatch_bytes
 
-__all__ = ["MoE", "ExpertParallelMoE", "dispatch_bytes", "imbalance"]
+__all__ = ["MoE", "ExpertParallelMoE", "dispatch_bytes"]
 
 
 class MoE(nn.Module):
@@ -117,8 +117,3 @@ class ExpertParallelMoE(nn.Module):
         back = _Exchange.apply(outputs, incoming.sum(1).tolist())
         weighted = weights.reshape(-1)[order, None] * back
         return torch.zeros_like(x).index_add(0, token, weighted).reshape(shape)
-
-
-def imbalance(load: torch.Tensor) -> float:
-    """The busiest expert's rows over the mean: 1 is perfectly balanced."""
-    return load_imbalance(load.tolist())

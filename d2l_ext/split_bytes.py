@@ -2,11 +2,11 @@
 the :class:`Traffic` a counter records, what a ring sends for a payload (:func:`ring_bytes`),
 and the bytes one split transformer block hands to its collectives in a step, under tensor
 parallelism (:func:`block_all_reduce_bytes`) and sequence parallelism
-(:func:`block_sequence_bytes`); which chunks of a sequence each process of a ring attention
-holds (:func:`ring_chunks`) and what it sends (:func:`ring_attention_bytes`); what a
-mixture-of-experts layer hands its all-to-alls (:func:`dispatch_bytes`) and how unevenly its
-experts are loaded (:func:`load_imbalance`). Shared by the PyTorch splits and the MXNet
-ones; imports neither framework."""
+(:func:`block_sequence_bytes`); which chunks and positions of a sequence each process of a
+ring attention holds (:func:`ring_chunks`, :func:`ring_positions`) and what it sends
+(:func:`ring_attention_bytes`); what a mixture-of-experts layer hands its all-to-alls
+(:func:`dispatch_bytes`) and how unevenly its experts are loaded (:func:`load_imbalance`).
+Shared by the PyTorch splits and the MXNet ones; imports neither framework."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["Traffic", "Work", "ring_bytes", "block_all_reduce_bytes", "block_sequence_bytes",
-           "ring_chunks", "ring_attention_bytes", "dispatch_bytes", "load_imbalance"]
+           "ring_chunks", "ring_positions", "ring_attention_bytes", "dispatch_bytes",
+           "load_imbalance"]
 
 
 @dataclass
@@ -97,6 +98,18 @@ def ring_chunks(rank: int, size: int, layout: str = "contiguous") -> list[int]:
     if not 0 <= rank < size:
         raise ValueError(f"rank must be between 0 and {size - 1}, not {rank}")
     return [rank] if layout == "contiguous" else [rank, 2 * size - 1 - rank]
+
+
+def ring_positions(rank: int, size: int, seq: int, layout: str = "contiguous") -> list[int]:
+    """The positions of a sequence of ``seq`` tokens that process ``rank`` of ``size`` holds
+    under ``layout`` (:func:`ring_chunks`), its chunks one after the other."""
+    chunks = ring_chunks(rank, size, layout)
+    pieces = size * len(chunks)
+    if seq % pieces:
+        raise ValueError(f"the {layout} layout cuts the sequence into {pieces} equal chunks; "
+                         f"{seq} tokens do not divide that way")
+    n = seq // pieces
+    return [i for c in chunks for i in range(c * n, (c + 1) * n)]
 
 
 def ring_attention_bytes(batch: int, heads: int, seq: int, head_size: int, item: int,

@@ -14,9 +14,7 @@ from d2l_ext import context_parallel as cp
 
 
 def _positions(rank: int, world: int, seq: int, layout: str) -> torch.Tensor:
-    chunks = cp.ring_chunks(rank, world, layout)
-    n = seq // (world * len(cp.ring_chunks(0, world, layout)))
-    return torch.cat([torch.arange(c * n, (c + 1) * n) for c in chunks])
+    return torch.tensor(cp.ring_positions(rank, world, seq, layout))
 
 
 def _ring(rank: int, world: int, shape: tuple[int, int, int, int], causal: bool, layout: str):
@@ -61,6 +59,11 @@ def test_chunks_cover_the_sequence_once():
             held = sorted(c for r in range(world) for c in cp.ring_chunks(r, world, layout))
             assert held == list(range(per * world))
     assert cp.ring_chunks(1, 4, "zigzag") == [1, 6]
+    assert cp.ring_positions(1, 2, 8, "zigzag") == [2, 3, 4, 5]
+    assert cp.ring_positions(0, 2, 8, "zigzag") == [0, 1, 6, 7]
+    assert cp.ring_positions(1, 2, 6) == [3, 4, 5]
+    with pytest.raises(ValueError, match="4 equal chunks; 6 tokens"):
+        cp.ring_positions(0, 2, 6, "zigzag")
     with pytest.raises(ValueError, match="layout is one of contiguous, zigzag"):
         cp.ring_chunks(0, 2, "striped")
     with pytest.raises(ValueError, match="rank must be between 0 and 1"):

@@ -56,9 +56,6 @@ def test_the_split_layer_equals_the_whole_layer(world, experts, top_k, tokens):
 
 
 def test_imbalance_and_bad_sizes():
-    assert ep.imbalance(torch.tensor([2, 2, 2, 2])) == 1.0
-    assert ep.imbalance(torch.tensor([6, 1, 1, 0])) == 3.0
-    assert ep.imbalance(torch.tensor([0, 0])) == 1.0
     with pytest.raises(ValueError, match="top_k must be between 1 and the experts"):
         ep.MoE(4, 8, 2, top_k=3)
     assert ep.dispatch_bytes(3, 2, 4, 2) == (3 + 2) * 4 * 2

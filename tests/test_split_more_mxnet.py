@@ -15,15 +15,10 @@ import mxnet as mx  # noqa: E402
 from mxnet import np, npx  # noqa: E402
 
 from d2l_ext import expert_parallel_mxnet as epm  # noqa: E402
-from d2l_ext.split_bytes import Work, dispatch_bytes, ring_attention_bytes, ring_chunks  # noqa: E402
+from d2l_ext.split_bytes import Work, dispatch_bytes, ring_attention_bytes, ring_positions  # noqa: E402
 from d2l_ext.tensor_parallel_mxnet import ContextGroup  # noqa: E402
 
 npx.set_np()
-
-
-def _positions(rank: int, k: int, seq: int, layout: str) -> onp.ndarray:
-    n = seq // (k * len(ring_chunks(0, k, layout)))
-    return onp.concatenate([onp.arange(c * n, (c + 1) * n) for c in ring_chunks(rank, k, layout)])
 
 
 @pytest.mark.parametrize("k, shape", [(1, (1, 2, 6, 4)), (2, (2, 3, 8, 5)),
@@ -36,7 +31,7 @@ def test_ring_attention_across_contexts(k, shape, causal, layout):
     full = cpm.attention(q, k_, v, causal).asnumpy()
     contexts = [mx.cpu(i) for i in range(k)]
     group = ContextGroup(contexts)
-    mine = [_positions(r, k, shape[2], layout) for r in range(k)]
+    mine = [onp.array(ring_positions(r, k, shape[2], layout)) for r in range(k)]
     shards = [[a[:, :, np.array(m, dtype="int64")].copyto(c) for m, c in zip(mine, contexts)]
               for a in (q, k_, v)]
     works = [Work() for _ in range(k)]
