@@ -1169,3 +1169,75 @@ def _parallelism_context_expert_3(dispatch_bytes_per_process: Any, run: dict) ->
                      "processes, and what comes back; each row is 4,096 numbers of 2 bytes.",
                      "数一数（词元，专家）行的数目、其中送往其他进程的比例，以及送回的部分；"
                      "每行是 4,096 个 2 字节的数。")
+
+
+# ---------------------------------------------------------------- parallelism-planner
+@exercise("parallelism-planner", 1, "state_bytes_per_gpu")
+def _parallelism_planner_1(state_bytes_per_gpu: Any, run: dict) -> Text:
+    n = 8_029_995_008
+    if near(state_bytes_per_gpu, 16 * n / 8, 0.5):
+        return correct("16 bytes per parameter, all three parts sharded over 8 GPUs: "
+                       "16 · 8,029,995,008 / 8 = 16,059,990,016 bytes, about 15 GiB.",
+                       "每个参数 16 字节，三部分都分片到 8 块 GPU 上："
+                       "16 · 8,029,995,008 / 8 = 16,059,990,016 字节，约 15 GiB。")
+    if near(state_bytes_per_gpu, 16 * n, 0.5):
+        return close("ZeRO-3 divides all 16 bytes among the 8 GPUs.",
+                     "ZeRO-3 把全部 16 字节分到 8 块 GPU 上。")
+    if near(state_bytes_per_gpu, (4 + 12 / 8) * n, 0.5) or near(state_bytes_per_gpu,
+                                                               (2 + 14 / 8) * n, 0.5):
+        return close("that is ZeRO-1 or ZeRO-2; ZeRO-3 shards the 16-bit weights too.",
+                     "这是 ZeRO-1 或 ZeRO-2 的结果；ZeRO-3 连 16 位权重也分片。")
+    if near(state_bytes_per_gpu, 12 * n / 8, 0.5) or near(state_bytes_per_gpu, 4 * n / 8, 0.5):
+        return close("count all three: 2 bytes of weight, 2 of gradient, 12 of optimizer state.",
+                     "三部分都要算：权重 2 字节、梯度 2 字节、优化器状态 12 字节。")
+    if near(state_bytes_per_gpu, 16 * n / 8, 16 * n / 8 * 0.01):
+        return close("give it exactly: it is a whole number of bytes.",
+                     "请给出精确值：它是整数个字节。")
+    return not_quite("multiply the parameters by the bytes each keeps, then see what ZeRO-3 "
+                     "divides among the GPUs.",
+                     "用参数个数乘以每个参数占的字节数，再看 ZeRO-3 把哪些部分分到各块 GPU 上。")
+
+
+@exercise("parallelism-planner", 2, "loss_bytes")
+def _parallelism_planner_2(loss_bytes: Any, run: dict) -> Text:
+    logits = 8192 * 2 * 128256
+    if near(loss_bytes, 12 * logits, 0.5):
+        return correct("2 · 8,192 · 128,256 logits, three float32 tensors of them: "
+                       "25,216,155,648 bytes, about 23.5 GiB.",
+                       "2 · 8,192 · 128,256 个 logits，三个 float32 张量："
+                       "25,216,155,648 字节，约 23.5 GiB。")
+    if near(loss_bytes, 4 * logits, 0.5):
+        return close("that is what the loss keeps (Korthikanti et al.'s 4 bytes); the planner "
+                     "counts the peak, three float32 tensors.",
+                     "这是损失保存的部分（Korthikanti 等的 4 字节）；规划器计的是峰值，"
+                     "三个 float32 张量。")
+    if near(loss_bytes, 2 * logits, 0.5):
+        return close("the planner counts the loss in float32, 4 bytes a number, three tensors.",
+                     "规划器按 float32 计损失，每个数 4 字节，共三个张量。")
+    if near(loss_bytes, 6 * logits, 0.5):
+        return close("half the answer: count both sequences of the micro-batch, and 4 bytes "
+                     "(float32) a number.",
+                     "只有答案的一半：微批量的两条序列都要算，每个数 4 字节（float32）。")
+    return not_quite("count the logits (tokens × vocabulary) and the bytes the planner gives "
+                     "each: 12.",
+                     "先数 logits 的个数（词元数 × 词表大小），"
+                     "再乘以规划器给每个 logit 的字节数：12。")
+
+
+@exercise("parallelism-planner", 3, "step_over_compute")
+def _parallelism_planner_3(step_over_compute: Any, run: dict) -> Text:
+    if near(step_over_compute, 39 / 32, 0.002):
+        return correct("the idle share is 7/39, so the step is the arithmetic over 32/39: "
+                       "39/32 ≈ 1.22 times it.",
+                       "空闲比例为 7/39，所以一步是计算时间除以 32/39：即它的 39/32 ≈ 1.22 倍。")
+    if near(step_over_compute, 1 + 7 / 39, 0.002) or near(step_over_compute, 7 / 39, 0.002):
+        return close("7/39 is the idle share of the step, not of the arithmetic: the step is "
+                     "the arithmetic over (1 − 7/39).",
+                     "7/39 是空闲时间占一步的比例，不是占计算的比例："
+                     "一步等于计算时间除以 (1 − 7/39)。")
+    if near(step_over_compute, 1 + 8 / 32, 0.002):
+        return close("the bubble has p − 1 = 7 slots, not 8.",
+                     "气泡有 p − 1 = 7 个时隙，不是 8 个。")
+    return not_quite("take the idle share (p − 1)/(m + p − 1) and ask what the step is when "
+                     "the arithmetic fills the rest of it.",
+                     "先算空闲比例 (p − 1)/(m + p − 1)，再想：计算占满其余部分时，一步有多长。")

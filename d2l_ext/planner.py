@@ -7,10 +7,13 @@ It is built from the book's own models, not fitted to runs:
   with Adam under ZeRO (:func:`d2l_ext.memory_budget.zero_bytes_per_parameter`), and the
   activations Korthikanti et al. (2022) count per layer, divided as tensor, sequence and
   context parallelism divide them, times the micro-batches a pipeline stage holds at once
-  (:func:`d2l_ext.pipeline.in_flight` of the simulated schedule);
+  (:func:`d2l_ext.pipeline.in_flight` of the simulated schedule), and the loss's float32
+  copies of the logits at their peak;
 * time: the model's FLOPs (:func:`d2l_ext.gpt_counts`' 6N plus attention) at a fraction of
   the device's peak, stretched by the pipeline's bubble (:func:`d2l_ext.pipeline.bubble`),
-  plus the collectives that cannot hide, each an α–β ring on its link.
+  plus the collectives that cannot hide, each an α–β ring on its link: the tensor-parallel
+  ones wait on every layer's result; the data-parallel gradients hide behind the last
+  micro-batch's backward pass where they are shorter than it.
 
 Every number it returns is an estimate; the chapter compares them with published runs and
 shows the errors. Sizes are bytes and seconds.
@@ -18,12 +21,20 @@ shows the errors. Sizes are bytes and seconds.
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from d2l_ext import memory_budget, pipeline
+from d2l_ext import datasheets, memory_budget, pipeline
 
 RECOMPUTE = ("none", "selective", "full")
+#: The schedules whose bubble and in-flight micro-batches the planner takes from the
+#: simulator with a backward pass twice the forward (zero-bubble ones split the backward).
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -47,8 +58,17 @@ class Model:
     flash: bool = False  # a fused attention that keeps no s × s matrix
 
     def __post_init__(self) -> None:
-        if min(self.layers, self.hidden, self.heads, self.vocab) < 1:
-            raise ValueError("layers, hidden, heads and vocab must be at least 1")
+        for name in ("layers", "hidden", "heads", "vocab", "experts", "top_k"):
+            if not _whole(getattr(self, name)) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, not "
+                                 f"{getattr(self, name)}")
+        for name in ("ffn", "kv_heads"):
+            if not _whole(getattr(self, name)) or getattr(self, name) < 0:
+                raise ValueError(f"{name} must be a whole number, 0 or more (0: the default), "
+                                 f"not {getattr(self, name)}")
+        if self.heads % self.kv:
+            raise ValueError(f"the key and value heads ({self.kv}) must divide the heads "
+                             f"({self.heads})")
         if self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
         if self.mlp not in ("gelu", "swiglu"):
@@ -118,8 +138,12 @@ class Split:
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "micro_batch", "micro_batches", "chunks", "cp", "ep"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+            if not _whole(getattr(self, name)) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, not "
+                                 f"{getattr(self, name)}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"the planner models the schedules {', '.join(SCHEDULES)}, not "
+                             f"{self.schedule!r}")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero is a stage from 0 to 3, not {self.zero}")
         if self.recompute not in RECOMPUTE:
@@ -175,7 +199,9 @@ def activation_bytes(model: Model, split: Split, seq: int) -> float:
     the 8 the key and value heads; without dropout the masks (2 of the 10, and the as²
     mask and output) go; a fused attention (``flash``) keeps no 5as/h term, and neither does
     selective recomputation. Full recomputation keeps only the layer's input, 2·sbh.
-    Context parallelism divides the sequence by ``cp``."""
+    Context parallelism divides the sequence by ``cp``: each process keeps its s/cp
+    queries' scores against all s keys. The MLP's inner tensors are counted as a fused
+    SwiGLU keeps them (three; eager PyTorch keeps a fourth, the gate's activation)."""
     s, b, h, a, t = seq / split.cp, split.micro_batch, model.hidden, model.heads, split.tp
     if split.recompute == "full":
         return 2 * s * b * h / (t if split.sp else 1)
@@ -186,17 +212,19 @@ def activation_bytes(model: Model, split: Split, seq: int) -> float:
     if model.flash or split.recompute == "selective":
         attention = 0.0
     else:  # softmax output (2 bytes), and with dropout its mask (1) and output (2), per score
-        attention = (5 if model.dropout else 2) * a * s / h
+        attention = (5 if model.dropout else 2) * a * seq / h
     return s * b * h * (whole_part / (t if split.sp else 1) + (split_part + attention) / t)
 
 
-def _timeline(split: Split) -> tuple[list[pipeline.Interval], int]:
-    """The simulated schedule of one step's micro-batches (backward twice the forward), and
-    the chunks per stage it counts in."""
-    chunks = split.chunks if split.schedule == "interleaved" else 1
-    orders = pipeline.schedule(split.schedule, split.pp, split.micro_batches, chunks)
-    costs = pipeline.Costs(1 / chunks, 2 / chunks)  # a chunk holds 1/chunks of the layers
-    return pipeline.simulate(orders, costs, chunks=chunks), chunks
+@functools.lru_cache(maxsize=256)
+def _pipeline(schedule: str, stages: int, micro_batches: int, chunks: int) -> tuple[float, int]:
+    """The idle share and the micro-batches the busiest stage holds at once, from the
+    simulated schedule (backward twice the forward; a chunk holds 1/chunks of the layers)."""
+    chunks = chunks if schedule == "interleaved" else 1
+    orders = pipeline.schedule(schedule, stages, micro_batches, chunks)
+    timeline = pipeline.simulate(orders, pipeline.Costs(1 / chunks, 2 / chunks), chunks=chunks)
+    return (pipeline.bubble(timeline),
+            math.ceil(max(pipeline.in_flight(timeline).values()) / chunks))
 
 
 def in_flight(split: Split) -> int:
@@ -205,15 +233,17 @@ def in_flight(split: Split) -> int:
     returned in stage-equivalents, rounded up)."""
     if split.pp == 1:
         return 1
-    timeline, chunks = _timeline(split)
-    return math.ceil(max(pipeline.in_flight(timeline).values()) / chunks)
+    return _pipeline(split.schedule, split.pp, split.micro_batches, split.chunks)[1]
 
 
-def plan(model: Model, split: Split, seq: int, hardware: Hardware | None = None,
-         efficiency: float = 0.5) -> Plan:
-    """Memory per GPU and (with ``hardware``) the step's time for ``split`` of ``model``
-    training on sequences of ``seq`` tokens. ``efficiency`` is the share of the peak the
-    matrix products reach (a published MFU is a fair guess)."""
+def bubble(split: Split) -> float:
+    """The share of a step a pipeline stage sits idle, from the simulated schedule."""
+    if split.pp == 1:
+        return 0.0
+    return _pipeline(split.schedule, split.pp, split.micro_batches, split.chunks)[0]
+
+
+def _check(model: Model, split: Split, seq: int, efficiency: float) -> None:
     if model.heads % split.tp or model.kv % split.tp:
         raise ValueError(f"tp ({split.tp}) must divide the heads ({model.heads}) and the key "
                          f"and value heads ({model.kv})")
@@ -222,42 +252,200 @@ def plan(model: Model, split: Split, seq: int, hardware: Hardware | None = None,
                          f"{split.pp * split.chunks} pipeline chunks")
     if model.experts % split.ep:
         raise ValueError(f"ep ({split.ep}) must divide the experts ({model.experts})")
+    if not _whole(seq) or seq < 1:
+        raise ValueError(f"the sequence must be a whole number of tokens, at least 1, not {seq}")
     if seq % split.cp:
         raise ValueError(f"cp ({split.cp}) must divide the sequence ({seq})")
+    if not 0 < efficiency <= 1:
+        raise ValueError(f"efficiency is the share of the peak the products reach: above 0 "
+                         f"and at most 1, not {efficiency}")
+
+
+def plan(model: Model, split: Split, seq: int, hardware: Hardware | None = None,
+         efficiency: float = 0.5) -> Plan:
+    """Memory per GPU and (with ``hardware``) the step's time for ``split`` of ``model``
+    training on sequences of ``seq`` tokens. ``efficiency`` is the share of the peak the
+    matrix products reach (a published MFU is a fair guess).
+
+    The memory is the peak: what is kept, plus the loss's float32 logits at the end of the
+    forward pass or, under full recomputation, the layer being rebuilt if that is larger
+    (the two never coexist). The time adds to the arithmetic the pipeline's bubble and the
+    messages that cannot hide; left out are the pipeline's sends between stages and the
+    experts' all-to-alls."""
+    _check(model, split, seq, efficiency)
     out = Plan()
     layers = model.layers // split.pp
-    dense = layers * model.attention_parameters()
-    experts = layers * model.experts * model.expert_parameters()
     embeddings = model.embedding_parameters() / (1 if model.tied or split.pp == 1 else 2)
-    per_gpu = (dense + embeddings) / split.tp + experts / (split.tp * split.ep)
+    dense = (layers * model.attention_parameters() + embeddings) / split.tp
+    experts = layers * model.experts * model.expert_parameters() / (split.tp * split.ep)
     replicas = split.dp * split.cp  # context parallelism shares the weights like dp
-    out.memory["weights, gradients, optimizer"] = per_gpu * memory_budget.zero_bytes_per_parameter(
-        split.zero, replicas)
+    out.memory["weights, gradients, optimizer"] = (
+        dense * memory_budget.zero_bytes_per_parameter(split.zero, replicas)
+        + experts * memory_budget.zero_bytes_per_parameter(split.zero, replicas // split.ep))
     out.memory["activations"] = (activation_bytes(model, split, seq) * layers
                                  * in_flight(split))
+    loss = out.memory["loss (float32 logits)"] = logits_bytes(model, split, seq)
+    if split.recompute == "full":
+        rebuilt = activation_bytes(model, replace(split, recompute="none"), seq)
+        out.memory["recomputed layer, beyond the loss"] = max(0.0, rebuilt - loss)
     if hardware is None:
         return out
+    full = split.recompute == "full"
     tokens = split.micro_batch * split.micro_batches * seq  # per data-parallel replica
     flops = model.flops_per_token(seq) * tokens / (split.tp * split.pp * split.cp)
-    if split.recompute == "full":
-        flops *= 4 / 3  # one more forward pass: 2 of the 6
-    compute = flops / (hardware.peak * efficiency)
+    compute = flops * (4 / 3 if full else 1) / (hardware.peak * efficiency)  # +1 forward
     if split.pp > 1:
-        idle = pipeline.bubble(_timeline(split)[0])
+        idle = bubble(split)
         out.time["pipeline bubble"] = compute * idle / (1 - idle)
     out.time["compute"] = compute
-    if split.tp > 1:  # 4 all-reduces (or their SP pairs) per layer, per micro-batch; exposed
-        payload = split.micro_batch * seq / split.cp * model.hidden * 2
-        ring = 2 * (split.tp - 1) / split.tp * payload
-        link = hardware.intra if split.tp <= hardware.per_node else hardware.inter
+    if split.tp > 1:
         out.time["tensor-parallel collectives"] = (
-            4 * layers * split.micro_batches * (hardware.alpha + ring / link))
-    if replicas > 1:  # one gradient all-reduce (reduce-scatter + all-gather under ZeRO)
-        nodes_spanned = split.gpus > hardware.per_node
-        link = hardware.inter if nodes_spanned else hardware.intra
-        grads = per_gpu * 2 * 2 * (replicas - 1) / replicas
-        out.time["data-parallel gradients (if not hidden)"] = grads / link
+            layers * split.micro_batches * tensor_parallel_seconds(model, split, seq, hardware))
+    if split.cp > 1:
+        out.time["context-parallel ring (exposed)"] = (
+            layers * split.micro_batches * context_parallel_exposed(model, split, seq, hardware,
+                                                                    efficiency))
+    if replicas > 1:
+        seconds, m = data_parallel_seconds(dense, experts, split, hardware), split.micro_batches
+        if split.zero == 3:  # each micro-batch's gathers hide behind its own arithmetic
+            exposed = m * max(0.0, seconds - compute / m)
+        else:  # the gradients of the step hide behind the last micro-batch's backward pass
+            exposed = max(0.0, seconds - compute * 2 / 3 / m)
+        out.time["data-parallel collectives (exposed)"] = exposed
     return out
+
+
+def tensor_parallel_seconds(model: Model, split: Split, seq: int, hardware: Hardware) -> float:
+    """Seconds per layer and micro-batch of tensor parallelism's collectives, which the next
+    product waits for: two all-reduces in the forward pass and two in the backward pass
+    (with sequence parallelism, as many all-gather and reduce-scatter pairs, the same bytes),
+    two more where full recomputation replays the forward pass; each a ring over ``tp``
+    processes, 2(t − 1) messages of α plus 2(t − 1)/t of the activations over the link."""
+    t = split.tp
+    payload = split.micro_batch * seq / split.cp * model.hidden * 2
+    link = hardware.intra if t <= hardware.per_node else hardware.inter
+    one = 2 * (t - 1) * hardware.alpha + 2 * (t - 1) / t * payload / link
+    return (6 if split.recompute == "full" else 4) * one
+
+
+def context_parallel_exposed(model: Model, split: Split, seq: int, hardware: Hardware,
+                             efficiency: float) -> float:
+    """Seconds per layer and micro-batch that a ring of ``cp`` processes waits for keys and
+    values: the forward pass sends its shard of them ``cp`` − 1 times, the backward pass
+    sends them again with their gradients (three sends in all, four where full recomputation
+    replays the forward pass); the sends hide behind the layer's attention products, 12·s·h
+    FLOPs per token (a third more when replayed), where those take longer. Ranks are laid
+    out tensor-parallel first, then context-parallel, so the ring stays in a node while
+    tp·cp fits in one."""
+    s, h = seq / split.cp, model.hidden
+    replay = 4 / 3 if split.recompute == "full" else 1
+    kv_bytes = 2 * split.micro_batch * s * h * model.kv / model.heads * 2 / split.tp
+    link = hardware.intra if split.cp * split.tp <= hardware.per_node else hardware.inter
+    sends = 3 * replay * (split.cp - 1) * (hardware.alpha + kv_bytes / link)
+    attention = (replay * 12 * seq * h * split.micro_batch * s / split.tp
+                 / (hardware.peak * efficiency))
+    return max(0.0, sends - attention)
+
+
+def data_parallel_seconds(dense: float, experts: float, split: Split,
+                          hardware: Hardware) -> float:
+    """Seconds of the data-parallel collectives for ``dense`` and ``experts`` 16-bit weights
+    per GPU (the experts shared by dp·cp/ep replicas, the rest by dp·cp). Under ZeRO 0–2:
+    the step's gradient all-reduce (a reduce-scatter and an all-gather), once, after the
+    last micro-batch. Under ZeRO-3, for every micro-batch: the weights gathered for the
+    forward pass and again for the backward pass, and the gradients reduce-scattered, 1.5
+    times an all-reduce's bytes. Each is a ring: 2(k − 1) messages of α plus
+    2(k − 1)/k of the bytes. Ranks are laid out tensor-parallel first, then
+    context-parallel, then data-parallel: the replicas share a node while tp·cp·dp fits in
+    one."""
+    link = (hardware.intra if split.tp * split.cp * split.dp <= hardware.per_node
+            else hardware.inter)
+    k = split.dp * split.cp
+    groups = ([(dense + experts, k)] if split.ep == 1  # one group, one collective
+              else [(dense, k), (experts, k // split.ep)])
+    seconds = 0.0
+    for weights, k in groups:
+        if k > 1 and weights:
+            moved = weights * 2 * 2 * (k - 1) / k * (1.5 if split.zero == 3 else 1)
+            seconds += 2 * (k - 1) * hardware.alpha + moved / link
+    return seconds
+
+
+def logits_bytes(model: Model, split: Split, seq: int) -> float:
+    """The loss's peak, at the start of the backward pass: the log-softmax output that
+    cross-entropy keeps, its gradient and the gradient of the logits, three float32 tensors
+    of s·b·V/t numbers, 12·s·b·V/t bytes (the float32 copy of the logits is freed by then;
+    the forward pass peaks at 10 bytes: the 16-bit logits, their float32 copy and the
+    log-softmax output). Korthikanti et al. count the 4·s·b·V/t the loss keeps. The
+    sequence is divided by ``cp``; with tensor parallelism the loss is computed on vocabulary
+    shards. The loss lives on the last stage; with pipeline parallelism counting it on the
+    busiest stage overstates it."""
+    return 12 * seq / split.cp * split.micro_batch * model.vocab / split.tp
+
+
+def tokens_per_gpu_second(split: Split, seq: int, estimate: Plan) -> float:
+    """Training throughput per GPU of a plan made with hardware: the tokens of one step of
+    every replica, over all the GPUs, over the step time."""
+    tokens = split.micro_batch * split.micro_batches * seq * split.dp
+    return tokens / split.gpus / estimate.step_time
+
+
+def _hardware(sheet: str, memory: float, inter_gbit: float) -> Hardware:
+    ds = datasheets.SHEETS[sheet]
+    return Hardware(sheet, peak=ds.bf16, memory=memory, intra=ds.nvlink / 2,
+                    inter=inter_gbit * 1e9 / 8)
+
+
+#: GPUs in eight-GPU nodes: the bf16 dense peak and NVLink (one direction, half the
+#: datasheet's two) from :mod:`d2l_ext.datasheets`; between nodes one network port per GPU,
+#: 400 Gb/s for H100 and H200 nodes (ConnectX-7), 200 Gb/s for A100 nodes (HDR InfiniBand).
+HARDWARE = {
+    "H100 SXM": _hardware("H100 SXM", 80e9, 400),
+    "H200 SXM": _hardware("H200 SXM", 141e9, 400),
+    "A100 SXM 80GB": _hardware("A100 SXM 80GB", 80e9, 200),
+}
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def search(model: Model, gpus: int, seq: int, batch: int, hardware: Hardware,
+           efficiency: float = 0.5, max_cp: int = 8,
+           headroom: float = 0.0) -> list[tuple[Split, Plan]]:
+    """Every split of ``gpus`` GPUs that trains ``batch`` sequences of ``seq`` tokens per step
+    and fits in the GPU's memory less a share ``headroom`` of it, fastest first: tensor
+    parallelism inside a node (with sequence parallelism), pipeline stages by 1F1B on
+    micro-batches of one sequence, up to ``max_cp`` context-parallel processes, data
+    parallelism under ZeRO-1 or ZeRO-3 for the rest, and each kind of recomputation (for a
+    model with a fused attention, selective recomputation keeps what none does, so it is left
+    out). Every product is taken to run at ``efficiency``, however small the split makes
+    it."""
+    if not (_whole(gpus) and _whole(batch)) or gpus < 1 or batch < 1:
+        raise ValueError(f"gpus ({gpus}) and batch ({batch}) must be whole numbers, at least 1")
+    if not 0 <= headroom < 1:
+        raise ValueError(f"headroom is a share of the memory, from 0 to below 1, not {headroom}")
+    found = []
+    for tp in _divisors(gpus):
+        if tp > hardware.per_node or model.heads % tp or model.kv % tp:
+            continue
+        for pp in _divisors(gpus // tp):
+            if model.layers % pp:
+                continue
+            for cp in _divisors(gpus // (tp * pp)):
+                dp = gpus // (tp * pp * cp)
+                if cp > max_cp or seq % cp or batch % dp:
+                    continue
+                for zero in (1, 3) if dp * cp > 1 else (0,):
+                    for recompute in RECOMPUTE:
+                        if recompute == "selective" and model.flash:
+                            continue  # a fused attention keeps no scores: as "none"
+                        split = Split(dp=dp, zero=zero, tp=tp, sp=tp > 1, pp=pp, cp=cp,
+                                      micro_batches=batch // dp, recompute=recompute)
+                        estimate = plan(model, split, seq, hardware, efficiency)
+                        if estimate.total_memory <= hardware.memory * (1 - headroom):
+                            found.append((split, estimate))
+    return sorted(found, key=lambda found: found[1].step_time)
 
 
 def fits(model: Model, split: Split, seq: int, hardware: Hardware) -> bool:

@@ -1355,6 +1355,45 @@ def test_parallelism_context_expert_exercise_3_the_all_to_all_s_bytes():
     assert run(cell, "dispatch_bytes_per_process = None").startswith("Exercise 3")
 
 
+def test_parallelism_planner_exercise_1_state_under_zero_3():
+    """16 bytes of each of 8,029,995,008 parameters, over 8 GPUs: 16,059,990,016 bytes."""
+    cell = check_cell("parallelism-planner", "exercise 1")
+    assert run(cell, "state_bytes_per_gpu = 16_059_990_016").startswith("Correct")
+    assert run(cell, "state_bytes_per_gpu = 16 * 8_029_995_008 // 8", "zh").startswith("正确")
+    assert "all 16 bytes" in run(cell, "state_bytes_per_gpu = 16 * 8_029_995_008")
+    assert "ZeRO-1 or ZeRO-2" in run(cell, "state_bytes_per_gpu = 5.5 * 8_029_995_008")
+    assert "count all three" in run(cell, "state_bytes_per_gpu = 12 * 8_029_995_008 / 8")
+    assert "exactly" in run(cell, "state_bytes_per_gpu = 1.606e10")
+    out = run(cell, "state_bytes_per_gpu = 1e6")
+    assert out.startswith("Not quite") and "16,059,990,016" not in out
+    assert run(cell, "state_bytes_per_gpu = None").startswith("Exercise 1")
+
+
+def test_parallelism_planner_exercise_2_the_loss_s_peak():
+    """Three float32 tensors of 2 · 8,192 · 128,256 logits: 25,216,155,648 bytes."""
+    cell = check_cell("parallelism-planner", "exercise 2")
+    assert run(cell, "loss_bytes = 25_216_155_648").startswith("Correct")
+    assert run(cell, "loss_bytes = 12 * 8192 * 2 * 128256", "zh").startswith("正确")
+    assert "Korthikanti" in run(cell, "loss_bytes = 4 * 8192 * 2 * 128256")
+    assert "float32" in run(cell, "loss_bytes = 2 * 8192 * 2 * 128256")
+    assert "both sequences" in run(cell, "loss_bytes = 12 * 8192 * 128256")
+    out = run(cell, "loss_bytes = 1000")
+    assert out.startswith("Not quite") and "25,216,155,648" not in out
+    assert run(cell, "loss_bytes = None").startswith("Exercise 2")
+
+
+def test_parallelism_planner_exercise_3_the_bubble_stretches_the_step():
+    """An idle share of 7/39: the step is 39/32 of the arithmetic."""
+    cell = check_cell("parallelism-planner", "exercise 3")
+    assert run(cell, "step_over_compute = 39 / 32").startswith("Correct")
+    assert run(cell, "step_over_compute = 1.219", "zh").startswith("正确")
+    assert "idle share of the step" in run(cell, "step_over_compute = 1 + 7 / 39")
+    assert "not 8" in run(cell, "step_over_compute = 1.25")
+    out = run(cell, "step_over_compute = 2")
+    assert out.startswith("Not quite") and "39/32" not in out
+    assert run(cell, "step_over_compute = None").startswith("Exercise 3")
+
+
 # ------------------------------------------------------------ the checks in d2l_ext.exercises
 CALL = re.compile(r'd2l\.check_exercise\(\s*"(?P<chapter>[\w-]+)",\s*(?P<number>\d+)')
 EXERCISES_HEADING = {"en": "## Exercises", "zh": "## 练习"}

@@ -5,7 +5,7 @@ step time's parts, and clear refusals of splits that cannot run."""
 
 import pytest
 
-from d2l_ext import gpt_counts, memory_budget, planner
+from d2l_ext import gpt_counts, memory_budget, planner, published_runs
 
 GPT3 = planner.Model(layers=96, hidden=12288, heads=96, vocab=50257, tied=True)
 LLAMA3_8B = planner.Model(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336,
@@ -42,13 +42,15 @@ def test_activations_follow_korthikanti_table_2(t):
         assert act() == pytest.approx(gpt_counts.activation_bytes_per_layer(s, b, h, a))
 
 
-def test_context_parallelism_divides_the_sequence_and_its_square():
+def test_context_parallelism_divides_the_sequence_not_the_keys():
+    """Each process keeps its s/cp tokens' activations and its s/cp queries' scores against
+    all s keys."""
     m = planner.Model(layers=1, hidden=1024, heads=16, vocab=8)
     whole = planner.activation_bytes(m, planner.Split(), 8192)
     halves = planner.activation_bytes(m, planner.Split(cp=2), 8192)
     sbh, att = 8192 * 1024, 5 * 16 * 8192 / 1024
     assert whole == pytest.approx(sbh * (34 + att))
-    assert halves == pytest.approx(sbh / 2 * (34 + att / 2))
+    assert halves == pytest.approx(sbh / 2 * (34 + att))
 
 
 def test_flash_attention_no_dropout_and_swiglu_change_the_terms():
@@ -90,7 +92,7 @@ def test_the_step_time_adds_the_bubble_and_the_exposed_collectives():
     split = planner.Split(dp=8, tp=8, sp=True, pp=4, micro_batches=16, zero=1)
     p = planner.plan(GPT3, split, 2048, H100, efficiency=0.5)
     assert set(p.time) == {"compute", "pipeline bubble", "tensor-parallel collectives",
-                           "data-parallel gradients (if not hidden)"}
+                           "data-parallel collectives (exposed)"}
     assert p.time["pipeline bubble"] / p.time["compute"] == pytest.approx(3 / 16)
     tokens = 16 * 2048
     assert p.time["compute"] == pytest.approx(
@@ -117,27 +119,181 @@ def test_splits_that_cannot_run_are_refused():
         planner.Model(layers=1, hidden=8, heads=2, vocab=8, experts=2, top_k=3)
 
 
-@pytest.mark.parametrize("shape, split, seq, gib", [
-    # the Ultra-Scale Playbook's memory plots (huggingface.co/spaces/nanotron/ultrascale-playbook,
-    # assets/data/benchmarks/tp_memoryusage, tp_sp_memoryusage, cp_8Bmemoryusage; GiB)
-    ((80, 8192, 64), dict(), 4096, 85.0),
-    ((80, 8192, 64), dict(tp=8), 4096, 32.5),
-    ((80, 8192, 64), dict(tp=16), 16384, 115.0),
-    ((80, 8192, 64), dict(tp=8, sp=True), 4096, 10.625),
-    ((80, 8192, 64), dict(tp=16, sp=True), 1024, 1.328125),
-    ((32, 4096, 32), dict(tp=2), 4096, 11.0),
-    ((32, 4096, 32), dict(tp=2, cp=4), 16384, 11.0),
-])
+@pytest.mark.parametrize("shape, split, seq, gib", published_runs.PLAYBOOK_ACTIVATIONS)
 def test_activations_reproduce_the_playbooks_memory_plots(shape, split, seq, gib):
     """The plots count 34·s·b·h per layer (no stored attention matrix), divided as TP, SP and
     CP divide it: the planner's GELU-MLP model with a fused attention gives the same."""
-    layers, hidden, heads = shape
-    model = planner.Model(layers=layers, hidden=hidden, heads=heads, vocab=128256, flash=True)
-    got = planner.plan(model, planner.Split(**split), seq).memory["activations"]
-    assert got / 2**30 == pytest.approx(gib)
+    assert published_runs.playbook_activations_gib(shape, split, seq) == pytest.approx(gib)
 
 
 def test_weights_reproduce_the_playbooks_bf16_parameters():
     """The plots' 131.41 GiB of bf16 parameters for Llama 3.1 70B (70.55e9 parameters)."""
     assert 2 * LLAMA3_70B.parameters() / 2**30 == pytest.approx(131.41, abs=0.01)
     assert 2 * LLAMA3_8B.parameters() / 2**30 == pytest.approx(14.957, abs=0.001)
+
+
+def test_the_loss_holds_three_float32_copies_of_the_logits():
+    m = planner.Model(layers=2, hidden=256, heads=4, vocab=1000)
+    for split in (planner.Split(), planner.Split(tp=2, micro_batch=3), planner.Split(cp=4)):
+        got = planner.plan(m, split, 64).memory["loss (float32 logits)"]
+        assert got == 12 * 64 / split.cp * split.micro_batch * 1000 / split.tp
+
+
+def test_full_recomputation_keeps_inputs_and_rebuilds_one_layer_after_the_loss():
+    """The layers keep their inputs; the layer rebuilt in the backward pass and the loss's
+    logits are never held together, so the peak adds the larger of the two."""
+    m = planner.Model(layers=8, hidden=256, heads=4, vocab=100)
+    p = planner.plan(m, planner.Split(recompute="full"), 64)
+    assert p.memory["activations"] == 8 * 2 * 64 * 256
+    rebuilt = planner.activation_bytes(m, planner.Split(), 64)
+    loss = p.memory["loss (float32 logits)"]
+    assert rebuilt > loss and p.memory["recomputed layer, beyond the loss"] == rebuilt - loss
+    wide = planner.Model(layers=8, hidden=256, heads=4, vocab=100_000)
+    p = planner.plan(wide, planner.Split(recompute="full"), 64)
+    assert p.memory["recomputed layer, beyond the loss"] == 0.0
+    assert "recomputed layer, beyond the loss" not in planner.plan(m, planner.Split(), 64).memory
+
+
+def test_data_parallel_collectives_hide_behind_the_arithmetic_they_overlap():
+    """ZeRO 0–2: the step's all-reduce after the last micro-batch's backward pass (2/3 of its
+    arithmetic); ZeRO-3: each micro-batch's two gathers and reduce-scatter (1.5 times the
+    bytes) behind that micro-batch's arithmetic. A ring: 2(k − 1)α + 2(k − 1)/k of the bytes."""
+    slow = planner.Hardware("slow link", peak=1e12, memory=1e12, intra=1e6, inter=1e6)
+    fast = planner.Hardware("fast link", peak=1e12, memory=1e12, intra=1e15, inter=1e15)
+    m = planner.Model(layers=2, hidden=256, heads=4, vocab=100)
+    n = m.parameters()
+    for zero in (0, 3):
+        split = planner.Split(dp=4, zero=zero, micro_batches=2)
+        p = planner.plan(m, split, 64, slow, 0.5)
+        comm = planner.data_parallel_seconds(n, 0, split, slow)
+        assert comm == pytest.approx(6 * slow.alpha + n * 4 * 3 / 4 / 1e6
+                                     * (1.5 if zero == 3 else 1))
+        want = (2 * max(0, comm - p.time["compute"] / 2) if zero == 3
+                else comm - p.time["compute"] / 3)
+        assert p.time["data-parallel collectives (exposed)"] == pytest.approx(want)
+        assert planner.plan(m, split, 64, fast, 0.5).time[
+            "data-parallel collectives (exposed)"] == 0.0
+
+
+def test_the_replicas_link_follows_where_their_ranks_sit():
+    """Ranks go tensor-parallel first, then context-parallel, then data-parallel: replicas
+    share a node while tp·cp·dp fits in it, however many stages there are."""
+    in_node = planner.Split(dp=2, tp=2, cp=2, pp=8)
+    across = planner.Split(dp=4, tp=2, cp=2, pp=2)
+    for split, link in ((in_node, H100.intra), (across, H100.inter)):
+        got = planner.data_parallel_seconds(1e9, 0, split, H100)
+        k = split.dp * split.cp
+        assert got == pytest.approx(2 * (k - 1) * H100.alpha + 1e9 * 4 * (k - 1) / k / link)
+
+
+def test_expert_state_is_sharded_over_the_replicas_that_share_each_expert():
+    """With ep taken from dp, each expert has dp·cp/ep replicas to shard its state over."""
+    moe = planner.Model(layers=2, hidden=256, heads=4, vocab=100, experts=8, top_k=2)
+    split = planner.Split(dp=8, ep=8, zero=1)
+    dense = 2 * moe.attention_parameters() + moe.embedding_parameters()
+    experts = 2 * moe.expert_parameters()  # 8 experts over 8 processes: one each
+    want = (dense * memory_budget.zero_bytes_per_parameter(1, 8)
+            + experts * memory_budget.zero_bytes_per_parameter(1, 1))
+    assert planner.plan(moe, split, 64).memory["weights, gradients, optimizer"] == \
+        pytest.approx(want)
+    assert planner.data_parallel_seconds(dense, experts, split, H100) == pytest.approx(
+        14 * H100.alpha + dense * 4 * 7 / 8 / H100.intra)
+
+
+def test_tensor_parallel_collectives_are_rings_and_replay_under_full_recomputation():
+    split = planner.Split(tp=4)
+    one = 6 * H100.alpha + 2 * 3 / 4 * (2 * 1024 * 4096 * 2) / H100.intra
+    assert planner.tensor_parallel_seconds(LLAMA3_8B, split, 2048, H100) == pytest.approx(
+        4 * one)
+    assert planner.tensor_parallel_seconds(
+        LLAMA3_8B, planner.Split(tp=4, recompute="full"), 2048, H100) == pytest.approx(6 * one)
+
+
+def test_inputs_that_cannot_describe_a_run_are_refused():
+    for fields, words in ((dict(kv_heads=3), "must divide the heads"),
+                          (dict(ffn=-1), "ffn must be a whole number, 0 or more"),
+                          (dict(layers=2.5), "layers must be a whole number")):
+        with pytest.raises(ValueError, match=words):
+            planner.Model(**dict(dict(layers=2, hidden=64, heads=4, vocab=10), **fields))
+    with pytest.raises(ValueError, match="dp must be a whole number"):
+        planner.Split(dp=2.5)
+    with pytest.raises(ValueError, match="the planner models the schedules"):
+        planner.Split(pp=4, micro_batches=8, schedule="zero-bubble")
+    m = planner.Model(layers=2, hidden=64, heads=4, vocab=10)
+    with pytest.raises(ValueError, match="at least 1"):
+        planner.plan(m, planner.Split(), 0)
+    for bad in (0, -0.5, 1.5):
+        with pytest.raises(ValueError, match="efficiency"):
+            planner.plan(m, planner.Split(), 64, H100, bad)
+
+
+def test_the_context_parallel_ring_hides_behind_attention_on_fast_links():
+    m = planner.Model(layers=2, hidden=1024, heads=8, kv_heads=2, vocab=100)
+    split = planner.Split(cp=4)
+    slow = planner.Hardware("slow", peak=1e15, memory=1e12, intra=1e6, inter=1e6, alpha=0)
+    kv = 2 * 1 * 2048 * 1024 * 2 / 8 * 2  # keys and values of one shard, bf16
+    attention = 12 * 8192 * 1024 * 2048 / (1e15 * 0.5)
+    assert planner.context_parallel_exposed(m, split, 8192, slow, 0.5) == pytest.approx(
+        3 * 3 * kv / 1e6 - attention)
+    assert planner.context_parallel_exposed(m, split, 8192, H100, 0.5) == 0.0
+
+
+def test_tokens_per_gpu_second_counts_every_replica():
+    split = planner.Split(dp=4, tp=2, micro_batch=2, micro_batches=3)
+    p = planner.Plan(time={"compute": 2.0})
+    assert planner.tokens_per_gpu_second(split, 100, p) == 2 * 3 * 100 * 4 / 8 / 2.0
+
+
+def test_search_returns_splits_that_fit_fastest_first():
+    found = planner.search(LLAMA3_8B, 16, 4096, 32, H100)
+    assert found and all(p.total_memory <= H100.memory for _, p in found)
+    times = [p.step_time for _, p in found]
+    assert times == sorted(times)
+    for split, _ in found:
+        assert split.gpus == 16 and 32 % split.dp == 0 and split.tp <= 8
+        assert split.micro_batches * split.dp == 32
+    assert planner.search(LLAMA3_70B, 1, 4096, 1, H100) == []
+    with pytest.raises(ValueError, match="at least 1"):
+        planner.search(LLAMA3_8B, 0, 4096, 1, H100)
+    roomy = planner.search(LLAMA3_8B, 16, 4096, 32, H100, headroom=0.3)
+    assert 0 < len(roomy) < len(found)
+    assert all(p.total_memory <= 0.7 * H100.memory for _, p in roomy)
+    one = planner.search(LLAMA3_8B, 8, 4096, 1, H100)  # dp·cp = 1: ZeRO has nothing to shard
+    assert all(s.zero == 0 for s, _ in one if s.dp * s.cp == 1)
+
+
+def test_hardware_presets_come_from_the_datasheets():
+    h100 = planner.HARDWARE["H100 SXM"]
+    assert h100.peak == 989.5e12 and h100.intra == 450e9 and h100.inter == 50e9
+    assert planner.HARDWARE["A100 SXM 80GB"].peak == 312e12
+    assert planner.HARDWARE["H200 SXM"].memory == 141e9
+
+
+def test_published_runs_recover_their_own_efficiency():
+    run = published_runs.RUNS[0]
+    e = published_runs.calibrated_efficiency(run, H100)
+    p = planner.plan(run.model, run.split, run.seq, H100, e)
+    assert planner.tokens_per_gpu_second(run.split, run.seq, p) == pytest.approx(
+        run.tokens_per_second, rel=1e-6)
+    assert published_runs.LLAMA31_8B.parameters() == LLAMA3_8B.parameters()
+    for r in published_runs.RUNS:  # every published split is one the planner accepts
+        assert r.split.gpus in (8, 128, 256)
+        planner.plan(r.model, r.split, r.seq, H100)
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4, 5, 8])
+def test_the_calculator_s_closed_forms_match_the_simulated_schedules(stages):
+    """planner.js computes in closed form what plan() simulates: the idle share
+    (p − 1)/(v·m + p − 1) and the micro-batches the busiest stage holds: GPipe m, 1F1B
+    min(p, m), interleaved ⌈min(v·m, (v + 1)·p − 1)/v⌉."""
+    for m in (1, 2, 3, stages, 2 * stages, 4 * stages, 8 * stages):
+        for schedule in ("gpipe", "1f1b"):
+            split = planner.Split(pp=stages, micro_batches=m, schedule=schedule)
+            assert planner.in_flight(split) == (m if schedule == "gpipe" else min(stages, m))
+            assert planner.bubble(split) == pytest.approx((stages - 1) / (m + stages - 1))
+        for v in (1, 2, 3, 4):
+            if m % stages:
+                continue
+            split = planner.Split(pp=stages, micro_batches=m, schedule="interleaved", chunks=v)
+            assert planner.in_flight(split) == -(-min(v * m, (v + 1) * stages - 1) // v)
+            assert planner.bubble(split) == pytest.approx((stages - 1) / (v * m + stages - 1))

@@ -706,6 +706,100 @@ def test_context_expert_page_runs_processes_under_pytorch_and_contexts_under_mxn
     assert page.errors == []
 
 
+#: Models and splits on which the page's calculator must agree with d2l_ext.planner.plan:
+#: dense and mixture-of-experts, GELU and SwiGLU, tied or not, every schedule (1F1B with
+#: fewer micro-batches than stages too), every ZeRO stage and recomputation, links inside
+#: and across nodes, three GPUs.
+_LLAMA_8B = dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
+                 mlp="swiglu", tied=False, experts=1, top_k=1, dropout=False, flash=True)
+_LLAMA_70B = dict(_LLAMA_8B, layers=80, hidden=8192, heads=64, ffn=28672)
+_GPT3 = dict(layers=96, hidden=12288, heads=96, kv_heads=0, ffn=0, vocab=50257, mlp="gelu",
+             tied=True, experts=1, top_k=1, dropout=True, flash=False)
+_MIXTRAL = dict(_LLAMA_8B, vocab=32000, experts=8, top_k=2)
+_ODD = dict(layers=6, hidden=960, heads=12, kv_heads=4, ffn=2500, vocab=1001, mlp="gelu",
+            tied=False, experts=4, top_k=1, dropout=True, flash=False)
+_SPLIT = dict(dp=1, zero=0, tp=1, sp=False, pp=1, micro_batch=1, micro_batches=1,
+              schedule="1f1b", chunks=1, cp=1, ep=1, recompute="none")
+PLANNER_GRID = [
+    (_LLAMA_8B, dict(dp=8, zero=3, micro_batch=2, recompute="selective"), 8192, "H100 SXM", 0.4),
+    (_LLAMA_8B, dict(dp=128, zero=3, cp=1, recompute="full"), 32768, "H200 SXM", 0.34),
+    (_LLAMA_70B, dict(dp=2, zero=1, tp=8, sp=True, pp=4, schedule="gpipe", micro_batches=8,
+                      recompute="full"), 8192, "H100 SXM", 0.5),
+    (_LLAMA_70B, dict(dp=2, zero=1, tp=8, sp=True, pp=4, schedule="interleaved", chunks=2,
+                      micro_batches=8, cp=2), 16384, "H100 SXM", 0.45),
+    (_GPT3, dict(dp=4, zero=2, tp=8, pp=8, micro_batches=16), 2048, "A100 SXM 80GB", 0.5),
+    (_GPT3, dict(dp=1, tp=4, sp=True, pp=4, micro_batches=4, recompute="selective"), 2048,
+     "A100 SXM 80GB", 0.3),
+    (_MIXTRAL, dict(dp=8, zero=1, ep=8, tp=2, sp=True, recompute="selective"), 4096,
+     "H100 SXM", 0.4),
+    (_ODD, dict(dp=3, zero=3, tp=4, pp=3, micro_batches=2, cp=4, recompute="full",
+                micro_batch=3), 4096, "A100 SXM 80GB", 0.55),
+    (_ODD, dict(dp=4, ep=2, tp=2, pp=2, schedule="interleaved", chunks=3, micro_batches=4),
+     600, "H200 SXM", 0.9),
+]
+
+
+def _calculator_reads(page, values: dict) -> dict:
+    """Set every field of the page's calculator to ``values`` and read what it shows: each
+    part's raw number (bytes or seconds), the refusal if any, and the verdict."""
+    return page.evaluate("""(values) => {
+        const root = document.querySelector('.planner-calculator');
+        const form = root.querySelector('form');
+        for (const [name, value] of Object.entries(values)) {
+            const field = form.querySelector(`[name=${name}]`);
+            if (field.type === 'checkbox') field.checked = value; else field.value = String(value);
+        }
+        form.dispatchEvent(new Event('change'));
+        const parts = {};
+        root.querySelectorAll('.planner-result [data-key]').forEach(
+            (cell) => { parts[cell.dataset.key] = Number(cell.dataset.value); });
+        const error = root.querySelector('.planner-error');
+        const verdict = root.querySelector('.planner-verdict');
+        return {parts, error: error && error.textContent,
+                fits: verdict && verdict.dataset.fits === 'true',
+                verdict: verdict && verdict.textContent};
+    }""", values)
+
+
+@page_check("parallelism-planner")
+def test_planner_calculator_gives_what_the_python_planner_gives(page, lang):
+    """The calculator in the page computes, for every model and split of a grid, the same
+    memory and time parts as d2l_ext.planner.plan, refuses what plan refuses in the page's
+    language, and says whether the plan fits."""
+    from d2l_ext import planner
+
+    calculator = page.locator(".planner-calculator")
+    assert calculator.count() == 1 and calculator.get_attribute("data-ready") == "true"
+    for model, split, seq, gpu, efficiency in PLANNER_GRID:
+        values = dict(model, **dict(_SPLIT, **split), seq=seq, hardware=gpu,
+                      efficiency=efficiency)
+        shown = _calculator_reads(page, values)
+        assert shown["error"] is None, (values, shown["error"])
+        want = planner.plan(
+            planner.Model(**model), planner.Split(**dict(_SPLIT, **split)), seq,
+            planner.HARDWARE[gpu], efficiency)
+        expected = {**want.memory, **want.time, "total": want.total_memory,
+                    "step": want.step_time}
+        assert shown["parts"] == pytest.approx(expected, rel=1e-9), values
+        fits = want.total_memory <= planner.HARDWARE[gpu].memory
+        assert shown["fits"] == fits
+        assert ({"en": "Fits", "zh": "放得下"} if fits else
+                {"en": "Does not fit", "zh": "放不下"})[lang] in shown["verdict"]
+    refused = _calculator_reads(page, dict(_LLAMA_70B, **dict(_SPLIT, tp=3), seq=8192,
+                                           hardware="H100 SXM", efficiency=0.4))
+    assert refused["error"] == {"en": "tp (3) must divide the heads (64) and the key/value "
+                                      "heads (8).",
+                                "zh": "tp（3）必须整除头数（64）和键值头数（8）。"}[lang]
+    with pytest.raises(ValueError, match=r"tp \(3\) must divide the heads \(64\)"):
+        planner.plan(planner.Model(**_LLAMA_70B), planner.Split(tp=3), 8192)
+    refused = _calculator_reads(page, dict(_LLAMA_70B, **dict(_SPLIT, pp=3), seq=8192,
+                                           hardware="H100 SXM", efficiency=0.4))
+    assert "80" in refused["error"] and "3" in refused["error"]
+    page.select_option(".planner-calculator select[name=preset]", "Llama 3.1 405B")
+    assert page.locator(".planner-calculator input[name=layers]").input_value() == "126"
+    assert page.errors == []
+
+
 @page_check("memory")
 def test_memory_page_shows_each_framework_its_own_counter(page, lang):
     """The PyTorch tab counts with d2l_ext.memory's Tracker and checkpoints the deep MLP; the
