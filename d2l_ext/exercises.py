@@ -1180,6 +1180,9 @@ def _parallelism_planner_1(state_bytes_per_gpu: Any, run: dict) -> Text:
                        "16 · 8,029,995,008 / 8 = 16,059,990,016 bytes, about 15 GiB.",
                        "每个参数 16 字节，三部分都分片到 8 块 GPU 上："
                        "16 · 8,029,995,008 / 8 = 16,059,990,016 字节，约 15 GiB。")
+    if near(state_bytes_per_gpu, 16 * n / 8 / 2**30, 0.01) or near(state_bytes_per_gpu,
+                                                                  16 * n / 8 / 1e9, 0.01):
+        return close("give it in bytes, not GiB or GB.", "请以字节为单位，而不是 GiB 或 GB。")
     if near(state_bytes_per_gpu, 16 * n, 0.5):
         return close("ZeRO-3 divides all 16 bytes among the 8 GPUs.",
                      "ZeRO-3 把全部 16 字节分到 8 块 GPU 上。")
@@ -1206,6 +1209,8 @@ def _parallelism_planner_2(loss_bytes: Any, run: dict) -> Text:
                        "25,216,155,648 bytes, about 23.5 GiB.",
                        "2 · 8,192 · 128,256 个 logits，三个 float32 张量："
                        "25,216,155,648 字节，约 23.5 GiB。")
+    if near(loss_bytes, 12 * logits / 2**30, 0.01) or near(loss_bytes, 12 * logits / 1e9, 0.01):
+        return close("give it in bytes, not GiB or GB.", "请以字节为单位，而不是 GiB 或 GB。")
     if near(loss_bytes, 4 * logits, 0.5):
         return close("that is what the loss keeps (Korthikanti et al.'s 4 bytes); the planner "
                      "counts the peak, three float32 tensors.",
@@ -1229,12 +1234,12 @@ def _parallelism_planner_3(step_over_compute: Any, run: dict) -> Text:
     if near(step_over_compute, 39 / 32, 0.002):
         return correct("the idle share is 7/39, so the step is the arithmetic over 32/39: "
                        "39/32 ≈ 1.22 times it.",
-                       "空闲比例为 7/39，所以一步是计算时间除以 32/39：即它的 39/32 ≈ 1.22 倍。")
+                       "空闲比例为 7/39，所以一步是计算时间除以 32/39，即它的 39/32 ≈ 1.22 倍。")
     if near(step_over_compute, 1 + 7 / 39, 0.002) or near(step_over_compute, 7 / 39, 0.002):
         return close("7/39 is the idle share of the step, not of the arithmetic: the step is "
                      "the arithmetic over (1 − 7/39).",
-                     "7/39 是空闲时间占一步的比例，不是占计算的比例："
-                     "一步等于计算时间除以 (1 − 7/39)。")
+                     "7/39 是空闲时间占一步的比例，不是占计算的比例；"
+                     "一步等于计算时间除以 1 − 7/39。")
     if near(step_over_compute, 1 + 8 / 32, 0.002):
         return close("the bubble has p − 1 = 7 slots, not 8.",
                      "气泡有 p − 1 = 7 个时隙，不是 8 个。")

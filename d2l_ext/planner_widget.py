@@ -57,7 +57,7 @@ _FIELDS = [  # name, English, Chinese, kind
     ("cp", "context-parallel (cp)", "上下文并行（cp）", "int"),
     ("ep", "expert-parallel (ep, within dp)", "专家并行（ep，在 dp 之内）", "int"),
     ("recompute", "recomputation", "重新计算", planner.RECOMPUTE),
-    ("hardware", "GPU", "GPU", tuple(planner.HARDWARE)),
+    ("hardware", "GPU", "GPU 型号", tuple(planner.HARDWARE)),
     ("efficiency", "share of the peak the products reach", "矩阵乘法达到峰值的比例", "float"),
 ]
 
@@ -77,8 +77,8 @@ _TEXT = {
                      "重新计算。参数量 {params}×10⁹。"),
     "at_least_one": ("{name} must be a whole number of at least 1.",
                      "{name}必须是不小于 1 的整数。"),
-    "at_least_zero": ("{name} must be a whole number, 0 or more (0: the default).",
-                      "{name}必须是不小于 0 的整数（0 表示取默认值）。"),
+    "at_least_zero": ("{name} must be a whole number, 0 or more.",
+                      "{name}必须是不小于 0 的整数。"),
     "efficiency": ("The share of the peak is a number above 0 and at most 1.",
                    "峰值的比例必须大于 0 且不超过 1。"),
     "kv_heads": ("The key/value heads ({kv}) must divide the heads ({heads}).",
@@ -92,7 +92,7 @@ _TEXT = {
     "tp_heads": ("tp ({tp}) must divide the heads ({heads}) and the key/value heads ({kv}).",
                  "tp（{tp}）必须整除头数（{heads}）和键值头数（{kv}）。"),
     "layers_pp": ("The layers ({layers}) must divide evenly among {n} pipeline chunks.",
-                  "层数（{layers}）必须能平均分到 {n} 个流水线模型块上。"),
+                  "层数（{layers}）必须能平均分到 {n} 个流水线块上。"),
     "ep_experts": ("ep ({ep}) must divide the experts ({experts}).",
                    "ep（{ep}）必须整除专家数（{experts}）。"),
     "cp_seq": ("cp ({cp}) must divide the sequence ({seq}).",

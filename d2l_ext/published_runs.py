@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from d2l_ext import planner
+from d2l_ext.i18n import message
 
 TORCHTITAN = ("https://github.com/pytorch/torchtitan/blob/main/benchmarks/"
               "llama3_h100_202412_torchtitan.md")
@@ -43,6 +44,11 @@ class Run:
     float8: bool
     table: str
     source: str = TORCHTITAN
+
+    @property
+    def label(self):
+        """The run's name in the reader's language (Chinese commas in Chinese)."""
+        return message(en=self.name, zh=self.name.replace(", ", "，"))
 
 
 def _fsdp(dp: int, batch: int, recompute: str, cp: int = 1, tp: int = 1) -> planner.Split:
