@@ -1236,10 +1236,8 @@ def _parallelism_planner_3(step_over_compute: Any, run: dict) -> Text:
                        "39/32 ≈ 1.22 times it.",
                        "空闲比例为 7/39，所以一步是计算时间除以 32/39，即它的 39/32 ≈ 1.22 倍。")
     if near(step_over_compute, 1 + 7 / 39, 0.002) or near(step_over_compute, 7 / 39, 0.002):
-        return close("7/39 is the idle share of the step, not of the arithmetic: the step is "
-                     "the arithmetic over (1 − 7/39).",
-                     "7/39 是空闲时间占一步的比例，不是占计算的比例；"
-                     "一步等于计算时间除以 1 − 7/39。")
+        return close("7/39 is the idle share of the step, not a share of the arithmetic.",
+                     "7/39 是空闲时间占一步的比例，不是占计算的比例。")
     if near(step_over_compute, 1 + 8 / 32, 0.002):
         return close("the bubble has p − 1 = 7 slots, not 8.",
                      "气泡有 p − 1 = 7 个时隙，不是 8 个。")

@@ -37,13 +37,15 @@
       if (!Number.isInteger(y) || y < 0) return fill(text.at_least_zero, {name: text.titles[defaults[j]]});
     }
     if (!(v.efficiency > 0 && v.efficiency <= 1)) return text.efficiency;
+    if (!(v.headroom >= 0 && v.headroom < 1)) return text.headroom;
     var kv = v.kv_heads || v.heads;
     if (v.heads % kv) return fill(text.kv_heads, {kv: kv, heads: v.heads});
     if (v.hidden % v.heads) return fill(text.hidden_heads, v);
     if (v.top_k > v.experts) return fill(text.top_k, v);
     if (v.dp % v.ep) return fill(text.ep_dp, v);
     if (v.heads % v.tp || kv % v.tp) return fill(text.tp_heads, {tp: v.tp, heads: v.heads, kv: kv});
-    if (v.layers % (v.pp * v.chunks)) return fill(text.layers_pp, {layers: v.layers, n: v.pp * v.chunks});
+    var chunks = v.pp * (v.schedule === "interleaved" ? v.chunks : 1);
+    if (v.layers % chunks) return fill(text.layers_pp, {layers: v.layers, n: chunks});
     if (v.experts % v.ep) return fill(text.ep_experts, v);
     if (v.seq % v.cp) return fill(text.cp_seq, v);
     if (v.schedule === "interleaved" && v.pp > 1 && v.micro_batches % v.pp)
@@ -90,7 +92,7 @@
     out.memory["weights, gradients, optimizer"] = dense * zeroBytes(v.zero, replicas)
       + experts * zeroBytes(v.zero, replicas / v.ep);
     out.memory["activations"] = activationBytes(m, v, v.recompute) * layers * pipe[1];
-    var loss = 12 * v.seq / v.cp * v.micro_batch * m.vocab / v.tp;
+    var loss = (v.tp > 1 ? 16 : 12) * v.seq / v.cp * v.micro_batch * m.vocab / v.tp;
     out.memory["loss (float32 logits)"] = loss;
     if (full) out.memory["recomputed layer, beyond the loss"] = Math.max(
       0, activationBytes(m, v, "none") - loss);
@@ -120,15 +122,18 @@
       var dpLink = v.tp * v.cp * v.dp <= hw.per_node ? hw.intra : hw.inter;
       var groups = v.ep === 1 ? [[dense + experts, replicas]]
         : [[dense, replicas], [experts, replicas / v.ep]];
-      var seconds = 0;
-      groups.forEach(function (g) {
-        var k = g[1];
-        if (k > 1 && g[0]) seconds += 2 * (k - 1) * hw.alpha
-          + g[0] * 2 * 2 * (k - 1) / k * (v.zero === 3 ? 1.5 : 1) / dpLink;
-      });
-      var n = v.micro_batches;
-      out.time["data-parallel collectives (exposed)"] = v.zero === 3
-        ? n * Math.max(0, seconds - compute / n) : Math.max(0, seconds - compute * 2 / 3 / n);
+      var half = function (messages) {  // a reduce-scatter or an all-gather of every group
+        return groups.reduce(function (a, g) {
+          var k = g[1];
+          return k > 1 && g[0] ? a + messages * (k - 1) * hw.alpha + g[0] * 2 * (k - 1) / k / dpLink : a;
+        }, 0);
+      };
+      var n = v.micro_batches, backward = compute * 2 / 3 / n, exposed;
+      if (v.zero === 3) exposed = n * Math.max(0, 3 * half(layers) - compute / n);
+      else if (v.zero === 2) exposed = (n - 1) * Math.max(0, half(1) - backward)
+        + Math.max(0, 2 * half(1) - backward);
+      else exposed = Math.max(0, 2 * half(1) - backward);
+      out.time["data-parallel collectives (exposed)"] = exposed;
     }
     var sum = function (o) { return Object.keys(o).reduce(function (a, k) { return a + o[k]; }, 0); };
     out.totalMemory = sum(out.memory);
@@ -182,10 +187,11 @@
       html.push(row("<b>" + text.step + "</b>", "<b>" + p.stepTime.toFixed(3) + "</b>",
         p.stepTime, "step"));
       html.push("</table>");
-      var fits = p.totalMemory <= hw.memory;
+      var fits = p.totalMemory <= hw.memory * (1 - v.headroom);
       html.push("<p class=\"planner-verdict\" data-fits=\"" + fits + "\">" + fill(
         fits ? text.fits : text.does_not_fit, {
           gpus: p.gpus, gpu: v.hardware, memory: (hw.memory / 1e9).toFixed(0),
+          free: Math.round(100 * v.headroom),
           tokens: Math.round(p.tokensPerGpuSecond).toLocaleString("en-US"),
           mfu: (100 * p.mfu).toFixed(1), params: (p.parameters / 1e9).toFixed(2)
         }) + "</p>");

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass, field, replace
 
 from d2l_ext import datasheets, memory_budget, pipeline
@@ -34,7 +35,7 @@ SCHEDULES = ("1f1b", "gpipe", "interleaved")
 
 
 def _whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ class Split:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"the planner models the schedules {', '.join(SCHEDULES)}, not "
                              f"{self.schedule!r}")
-        if self.zero not in (0, 1, 2, 3):
+        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero is a stage from 0 to 3, not {self.zero}")
         if self.recompute not in RECOMPUTE:
             raise ValueError(f"recompute is one of {', '.join(RECOMPUTE)}, not "
@@ -170,6 +171,13 @@ class Hardware:
     inter: float
     per_node: int = 8
     alpha: float = 10e-6
+
+    def __post_init__(self) -> None:
+        if min(self.peak, self.memory, self.intra, self.inter) <= 0 or self.alpha < 0:
+            raise ValueError(f"{self.name}: peak, memory and both links must be above 0, and "
+                             "alpha 0 or more")
+        if not _whole(self.per_node) or self.per_node < 1:
+            raise ValueError(f"{self.name}: per_node must be a whole number of at least 1")
 
 
 @dataclass
@@ -247,9 +255,10 @@ def _check(model: Model, split: Split, seq: int, efficiency: float) -> None:
     if model.heads % split.tp or model.kv % split.tp:
         raise ValueError(f"tp ({split.tp}) must divide the heads ({model.heads}) and the key "
                          f"and value heads ({model.kv})")
-    if model.layers % (split.pp * split.chunks):
+    chunks = split.pp * (split.chunks if split.schedule == "interleaved" else 1)
+    if model.layers % chunks:
         raise ValueError(f"the layers ({model.layers}) must divide evenly among "
-                         f"{split.pp * split.chunks} pipeline chunks")
+                         f"{chunks} pipeline chunks")
     if model.experts % split.ep:
         raise ValueError(f"ep ({split.ep}) must divide the experts ({model.experts})")
     if not _whole(seq) or seq < 1:
@@ -306,12 +315,8 @@ def plan(model: Model, split: Split, seq: int, hardware: Hardware | None = None,
             layers * split.micro_batches * context_parallel_exposed(model, split, seq, hardware,
                                                                     efficiency))
     if replicas > 1:
-        seconds, m = data_parallel_seconds(dense, experts, split, hardware), split.micro_batches
-        if split.zero == 3:  # each micro-batch's gathers hide behind its own arithmetic
-            exposed = m * max(0.0, seconds - compute / m)
-        else:  # the gradients of the step hide behind the last micro-batch's backward pass
-            exposed = max(0.0, seconds - compute * 2 / 3 / m)
-        out.time["data-parallel collectives (exposed)"] = exposed
+        out.time["data-parallel collectives (exposed)"] = data_parallel_exposed(
+            dense, experts, split, hardware, compute, layers)
     return out
 
 
@@ -337,50 +342,69 @@ def context_parallel_exposed(model: Model, split: Split, seq: int, hardware: Har
     FLOPs per token (a third more when replayed), where those take longer. Ranks are laid
     out tensor-parallel first, then context-parallel, so the ring stays in a node while
     tp·cp fits in one."""
-    s, h = seq / split.cp, model.hidden
     replay = 4 / 3 if split.recompute == "full" else 1
-    kv_bytes = 2 * split.micro_batch * s * h * model.kv / model.heads * 2 / split.tp
+    attention = (replay * 12 * seq * model.hidden * split.micro_batch * seq / split.cp
+                 / split.tp / (hardware.peak * efficiency))
+    return max(0.0, context_parallel_sends(model, split, seq, hardware) - attention)
+
+
+def context_parallel_sends(model: Model, split: Split, seq: int, hardware: Hardware) -> float:
+    """Seconds per layer and micro-batch of a context-parallel ring's sends of keys and
+    values, overlapped or not (see :func:`context_parallel_exposed`)."""
+    replay = 4 / 3 if split.recompute == "full" else 1
+    kv_bytes = (2 * split.micro_batch * seq / split.cp * model.hidden * model.kv / model.heads
+                * 2 / split.tp)
     link = hardware.intra if split.cp * split.tp <= hardware.per_node else hardware.inter
-    sends = 3 * replay * (split.cp - 1) * (hardware.alpha + kv_bytes / link)
-    attention = (replay * 12 * seq * h * split.micro_batch * s / split.tp
-                 / (hardware.peak * efficiency))
-    return max(0.0, sends - attention)
+    return 3 * replay * (split.cp - 1) * (hardware.alpha + kv_bytes / link)
 
 
-def data_parallel_seconds(dense: float, experts: float, split: Split,
-                          hardware: Hardware) -> float:
-    """Seconds of the data-parallel collectives for ``dense`` and ``experts`` 16-bit weights
-    per GPU (the experts shared by dp·cp/ep replicas, the rest by dp·cp). Under ZeRO 0–2:
-    the step's gradient all-reduce (a reduce-scatter and an all-gather), once, after the
-    last micro-batch. Under ZeRO-3, for every micro-batch: the weights gathered for the
-    forward pass and again for the backward pass, and the gradients reduce-scattered, 1.5
-    times an all-reduce's bytes. Each is a ring: 2(k − 1) messages of α plus
-    2(k − 1)/k of the bytes. Ranks are laid out tensor-parallel first, then
-    context-parallel, then data-parallel: the replicas share a node while tp·cp·dp fits in
-    one."""
+def data_parallel_exposed(dense: float, experts: float, split: Split, hardware: Hardware,
+                          compute: float, layers: int) -> float:
+    """Seconds of the data-parallel collectives that outlast the arithmetic they overlap,
+    for ``dense`` and ``experts`` 16-bit weights per GPU (the experts shared by dp·cp/ep
+    replicas, the rest by dp·cp) and a step of ``compute`` seconds over ``layers`` layers.
+
+    Each collective is a ring over k replicas: a reduce-scatter or an all-gather sends
+    (k − 1)/k of the bytes in k − 1 messages of α. ZeRO 0 and 1: the step's gradients cross
+    once (an all-reduce's bytes: a reduce-scatter and an all-gather), behind the last
+    micro-batch's backward pass. ZeRO-2: every micro-batch reduce-scatters its gradients
+    behind its own backward pass; the all-gather of the updated weights comes once, with the
+    last. ZeRO-3: every micro-batch gathers each layer's weights for the forward pass and
+    again for the backward pass and reduce-scatters its gradients, behind its own
+    arithmetic. Ranks are laid out tensor-parallel first, then context-parallel, then
+    data-parallel: the replicas share a node while tp·cp·dp fits in one."""
     link = (hardware.intra if split.tp * split.cp * split.dp <= hardware.per_node
             else hardware.inter)
     k = split.dp * split.cp
     groups = ([(dense + experts, k)] if split.ep == 1  # one group, one collective
               else [(dense, k), (experts, k // split.ep)])
-    seconds = 0.0
-    for weights, k in groups:
-        if k > 1 and weights:
-            moved = weights * 2 * 2 * (k - 1) / k * (1.5 if split.zero == 3 else 1)
-            seconds += 2 * (k - 1) * hardware.alpha + moved / link
-    return seconds
+
+    def half(messages: int) -> float:  # a reduce-scatter or an all-gather of every group
+        return sum(messages * (n - 1) * hardware.alpha + w * 2 * (n - 1) / n / link
+                   for w, n in groups if n > 1 and w)
+
+    m = split.micro_batches
+    backward = compute * 2 / 3 / m  # one micro-batch's backward pass
+    if split.zero == 3:
+        return m * max(0.0, 3 * half(layers) - compute / m)
+    if split.zero == 2:
+        return (m - 1) * max(0.0, half(1) - backward) + max(0.0, 2 * half(1) - backward)
+    return max(0.0, 2 * half(1) - backward)
 
 
 def logits_bytes(model: Model, split: Split, seq: int) -> float:
-    """The loss's peak, at the start of the backward pass: the log-softmax output that
-    cross-entropy keeps, its gradient and the gradient of the logits, three float32 tensors
-    of s·b·V/t numbers, 12·s·b·V/t bytes (the float32 copy of the logits is freed by then;
-    the forward pass peaks at 10 bytes: the 16-bit logits, their float32 copy and the
-    log-softmax output). Korthikanti et al. count the 4·s·b·V/t the loss keeps. The
-    sequence is divided by ``cp``; with tensor parallelism the loss is computed on vocabulary
-    shards. The loss lives on the last stage; with pipeline parallelism counting it on the
-    busiest stage overstates it."""
-    return 12 * seq / split.cp * split.micro_batch * model.vocab / split.tp
+    """The loss's peak, at the start of the backward pass, for PyTorch's cross-entropy on a
+    float32 copy of the logits: the log-softmax output it keeps, its gradient and the
+    gradient of the logits, three float32 tensors of s·b·V numbers, 12 bytes a logit (the
+    float32 copy is freed by then; the forward pass peaks at 10: the 16-bit logits, their
+    float32 copy and the log-softmax output). With tensor parallelism the loss runs on
+    vocabulary shards (PyTorch's ``loss_parallel``, on by default in torchtitan), whose
+    backward pass holds a fourth float32 tensor: 16 bytes a logit, over t. Korthikanti et
+    al. count the 4 bytes the loss keeps. The sequence is divided by ``cp``. The loss lives
+    on the last stage; with pipeline parallelism counting it on the busiest stage overstates
+    it."""
+    per_logit = 16 if split.tp > 1 else 12
+    return per_logit * seq / split.cp * split.micro_batch * model.vocab / split.tp
 
 
 def tokens_per_gpu_second(split: Split, seq: int, estimate: Plan) -> float:
@@ -420,7 +444,8 @@ def search(model: Model, gpus: int, seq: int, batch: int, hardware: Hardware,
     parallelism under ZeRO-1 or ZeRO-3 for the rest, and each kind of recomputation (for a
     model with a fused attention, selective recomputation keeps what none does, so it is left
     out). Every product is taken to run at ``efficiency``, however small the split makes
-    it."""
+    it. Expert parallelism is not searched (ep = 1): its all-to-alls are not in the planner's
+    time."""
     if not (_whole(gpus) and _whole(batch)) or gpus < 1 or batch < 1:
         raise ValueError(f"gpus ({gpus}) and batch ({batch}) must be whole numbers, at least 1")
     if not 0 <= headroom < 1:

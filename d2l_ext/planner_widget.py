@@ -59,6 +59,7 @@ _FIELDS = [  # name, English, Chinese, kind
     ("recompute", "recomputation", "重新计算", planner.RECOMPUTE),
     ("hardware", "GPU", "GPU 型号", tuple(planner.HARDWARE)),
     ("efficiency", "share of the peak the products reach", "矩阵乘法达到峰值的比例", "float"),
+    ("headroom", "share of the memory kept free", "留出的显存比例", "share"),
 ]
 
 _TEXT = {
@@ -67,20 +68,24 @@ _TEXT = {
     "seconds": ("seconds", "秒"),
     "total": ("total", "合计"),
     "step": ("step time", "每步时间"),
-    "fits": ("Fits {gpu} ({memory} GB) on {gpus} GPUs; {params} billion parameters; "
-             "{tokens} tokens per second per GPU, a model FLOPs utilization of {mfu}%.",
-             "{gpus} 块 {gpu}（{memory} GB）放得下；参数量 {params}×10⁹；"
+    "fits": ("Fits {gpu} ({memory} GB) with {free}% of it kept free, on {gpus} GPUs; "
+             "{params} billion parameters; {tokens} tokens per second per GPU, a model FLOPs "
+             "utilization of {mfu}%.",
+             "{gpus} 块 {gpu}（{memory} GB）留出 {free}% 之后放得下；参数量 {params}×10⁹；"
              "每块 GPU 每秒处理 {tokens} 个词元，模型 FLOPs 利用率 {mfu}%。"),
-    "does_not_fit": ("Does not fit {gpu} ({memory} GB) on {gpus} GPUs: split more, shard with "
-                     "ZeRO or recompute; {params} billion parameters.",
-                     "{gpus} 块 {gpu}（{memory} GB）放不下：可以切得更细、用 ZeRO 分片或做"
-                     "重新计算。参数量 {params}×10⁹。"),
+    "does_not_fit": ("Does not fit {gpu} ({memory} GB) with {free}% of it kept free, on "
+                     "{gpus} GPUs: split more, shard with ZeRO or recompute; {params} billion "
+                     "parameters.",
+                     "{gpus} 块 {gpu}（{memory} GB）留出 {free}% 之后放不下：可以切得更细、"
+                     "用 ZeRO 分片或做重新计算。参数量 {params}×10⁹。"),
     "at_least_one": ("{name} must be a whole number of at least 1.",
                      "{name}必须是不小于 1 的整数。"),
     "at_least_zero": ("{name} must be a whole number, 0 or more.",
                       "{name}必须是不小于 0 的整数。"),
     "efficiency": ("The share of the peak is a number above 0 and at most 1.",
                    "峰值的比例必须大于 0 且不超过 1。"),
+    "headroom": ("The share of the memory kept free is a number from 0 to below 1.",
+                 "留出的显存比例必须不小于 0 且小于 1。"),
     "kv_heads": ("The key/value heads ({kv}) must divide the heads ({heads}).",
                  "键值头数（{kv}）必须整除头数（{heads}）。"),
     "hidden_heads": ("The width ({hidden}) must be a multiple of the heads ({heads}).",
@@ -139,7 +144,7 @@ _OPTIONS = {
 
 DEFAULTS = dict(PRESETS["Llama 3.1 8B"], seq=8192, dp=8, zero=3, tp=1, sp=False, pp=1,
                 schedule="1f1b", chunks=1, micro_batch=1, micro_batches=1, cp=1, ep=1,
-                recompute="selective", hardware="H100 SXM", efficiency=0.4)
+                recompute="none", hardware="H100 SXM", efficiency=0.4, headroom=0.0)
 
 
 def _field(name: str, title: str, kind, value, pick: int) -> str:
@@ -152,11 +157,12 @@ def _field(name: str, title: str, kind, value, pick: int) -> str:
         options = "".join(f'<option value="{o}"{" selected" if str(o) == str(value) else ""}>'
                           f"{html.escape(_OPTIONS.get(o, (o, o))[pick])}</option>" for o in kind)
         return f'<label>{label} <select name="{name}">{options}</select></label>'
-    step = ' step="0.01" min="0.01" max="1"' if kind == "float" else ' step="1" min="0"'
+    step = {"float": ' step="0.01" min="0.01" max="1"',
+            "share": ' step="0.01" min="0" max="0.99"'}.get(kind, ' step="1" min="0"')
     return f'<label>{label} <input type="number" name="{name}" value="{value}"{step}></label>'
 
 
-def _html(lang: str, script: str) -> str:
+def _html(lang: str, script: str, headroom: float) -> str:
     pick = 1 if lang == "zh" else 0
     text = {k: v[pick] for k, v in _TEXT.items()}
     text["parts"] = {k: (zh if lang == "zh" else k) for k, zh in _PARTS.items()}
@@ -169,12 +175,13 @@ def _html(lang: str, script: str) -> str:
               (text["split_heading"], ["seq", "dp", "zero", "tp", "sp", "pp", "schedule",
                                        "chunks", "micro_batch", "micro_batches", "cp", "ep",
                                        "recompute"]),
-              (text["gpu_heading"], ["hardware", "efficiency"])]
+              (text["gpu_heading"], ["hardware", "efficiency", "headroom"])]
     presets = "".join(f'<option value="{html.escape(n)}">{html.escape(n)}</option>'
                       for n in PRESETS)
     fieldsets = "".join(
         f"<fieldset><legend>{html.escape(title)}</legend>"
-        + "".join(_field(n, titles[n], kinds[n], DEFAULTS[n], pick) for n in names)
+        + "".join(_field(n, titles[n], kinds[n], dict(DEFAULTS, headroom=round(headroom, 2))[n],
+                         pick) for n in names)
         + "</fieldset>"
         for title, names in groups)
     data = {"labels": text, "presets": PRESETS, "hardware": hardware}
@@ -186,13 +193,17 @@ def _html(lang: str, script: str) -> str:
             f"<script>{script}</script></div>")
 
 
-def calculator():
+def calculator(headroom: float = 0.0):
     """The calculator as an HTML output in the reader's language (both languages recorded
-    while the book captures a run, so the Chinese edition shows its own)."""
+    while the book captures a run, so the Chinese edition shows its own), its verdict
+    keeping a share ``headroom`` of the memory free to begin with."""
     from IPython.display import HTML
 
+    if not 0 <= headroom < 1:
+        raise ValueError(f"headroom is a share of the memory, from 0 to below 1, not {headroom}")
     script = resources.files("d2l_ext").joinpath("planner.js").read_text(encoding="utf-8")
-    return HTML(str(message(en=_html("en", script), zh=_html("zh", script))))
+    return HTML(str(message(en=_html("en", script, headroom),
+                            zh=_html("zh", script, headroom))))
 
 
 def part_name(part: str):

@@ -97,13 +97,14 @@ def playbook_activations_gib(shape: tuple[int, int, int], split: dict, seq: int)
 #: reached a model FLOPs utilization of 54.2% with sequence parallelism and selective
 #: recomputation, and 42.1% with full recomputation.
 KORTHIKANTI_530B_MFU = {"selective": 0.542, "full": 0.421}
-#: That GPT's shape (MT-NLG's: 105 layers of width 20,480 with 128 heads, GPT-2's
-#: vocabulary padded to 51,200, tied embeddings) and split (tensor 8, pipeline 35, data 8 on
-#: 2,240 GPUs, 2,048-token sequences, one per micro-batch, 2,240 per step), as in the
-#: paper's table of configurations.
+#: That GPT's shape (105 layers of width 20,480 with 128 heads, 2,048-token sequences, GPT-2's
+#: vocabulary padded to 51,200, tied embeddings, as in the paper's table of configurations)
+#: and the abstract's 2,240 GPUs: tensor 8 and pipeline 35 as in that table, with the
+#: interleaved schedule of 3 chunks per stage the paper used, and data parallelism 8
+#: (no ZeRO) at one sequence per micro-batch, 2,240 sequences per step.
 GPT_530B = planner.Model(layers=105, hidden=20480, heads=128, vocab=51200, tied=True)
-GPT_530B_SPLIT = planner.Split(dp=8, tp=8, sp=True, pp=35, micro_batches=280, zero=1,
-                               recompute="selective")
+GPT_530B_SPLIT = planner.Split(dp=8, tp=8, sp=True, pp=35, micro_batches=280,
+                               schedule="interleaved", chunks=3, recompute="selective")
 
 #: torchtitan's Table 1: Llama 3.1 8B at 8,192 tokens with FSDP and torch.compile ran
 #: 6,667 tokens per second per GPU in bfloat16 and 8,532 with Float8 linear layers.
@@ -114,7 +115,10 @@ def op_rule_activation_bytes(model: planner.Model, split: planner.Split, seq: in
     """What torchtitan's "op" recomputation keeps per layer and micro-batch: the block's
     input and the outputs of the first, third, fifth and seventh of its matrix products
     (wq, wv, w1, w2 in Llama's order wq, wk, wv, wo, w1, w3, w2) and of attention, in 16
-    bits, 2·s·b·(4h + h·kv/heads + ffn) bytes (no tensor parallelism)."""
+    bits, 2·s·b·(4h + h·kv/heads + ffn) bytes (the runs it is used for have no tensor
+    parallelism)."""
+    if split.tp > 1:
+        raise ValueError("op_rule_activation_bytes counts a layer without tensor parallelism")
     h, s = model.hidden, seq / split.cp
     return 2 * s * split.micro_batch * (4 * h + h * model.kv // model.heads + model.width_ffn)
 
@@ -127,7 +131,7 @@ def memory_with_op_rule(run: Run) -> float:
     if run.split.recompute != "selective":
         return estimate.total_memory
     kept = (op_rule_activation_bytes(run.model, run.split, run.seq)
-            * run.model.layers // run.split.pp * planner.in_flight(run.split))
+            * (run.model.layers // run.split.pp) * planner.in_flight(run.split))
     return estimate.total_memory - estimate.memory["activations"] + kept
 
 

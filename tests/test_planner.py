@@ -3,6 +3,7 @@ activation formulas for every combination of tensor, sequence parallelism and re
 ZeRO's bytes per parameter, the pipeline's in-flight micro-batches from the simulator, the
 step time's parts, and clear refusals of splits that cannot run."""
 
+import numpy as np
 import pytest
 
 from d2l_ext import gpt_counts, memory_budget, planner, published_runs
@@ -132,11 +133,12 @@ def test_weights_reproduce_the_playbooks_bf16_parameters():
     assert 2 * LLAMA3_8B.parameters() / 2**30 == pytest.approx(14.957, abs=0.001)
 
 
-def test_the_loss_holds_three_float32_copies_of_the_logits():
+def test_the_loss_holds_three_float32_tensors_of_logits_four_on_vocabulary_shards():
     m = planner.Model(layers=2, hidden=256, heads=4, vocab=1000)
     for split in (planner.Split(), planner.Split(tp=2, micro_batch=3), planner.Split(cp=4)):
         got = planner.plan(m, split, 64).memory["loss (float32 logits)"]
-        assert got == 12 * 64 / split.cp * split.micro_batch * 1000 / split.tp
+        per_logit = 16 if split.tp > 1 else 12
+        assert got == per_logit * 64 / split.cp * split.micro_batch * 1000 / split.tp
 
 
 def test_full_recomputation_keeps_inputs_and_rebuilds_one_layer_after_the_loss():
@@ -155,24 +157,30 @@ def test_full_recomputation_keeps_inputs_and_rebuilds_one_layer_after_the_loss()
 
 
 def test_data_parallel_collectives_hide_behind_the_arithmetic_they_overlap():
-    """ZeRO 0–2: the step's all-reduce after the last micro-batch's backward pass (2/3 of its
-    arithmetic); ZeRO-3: each micro-batch's two gathers and reduce-scatter (1.5 times the
-    bytes) behind that micro-batch's arithmetic. A ring: 2(k − 1)α + 2(k − 1)/k of the bytes."""
+    """ZeRO 0–1: one all-reduce per step behind the last micro-batch's backward pass (2/3 of
+    its arithmetic); ZeRO-2: a reduce-scatter behind every micro-batch's backward pass and
+    the all-gather with the last; ZeRO-3: per micro-batch and layer two gathers and a
+    reduce-scatter behind that micro-batch's arithmetic. A ring of k: (k − 1)α and
+    (k − 1)/k of the bytes for a reduce-scatter or an all-gather."""
     slow = planner.Hardware("slow link", peak=1e12, memory=1e12, intra=1e6, inter=1e6)
     fast = planner.Hardware("fast link", peak=1e12, memory=1e12, intra=1e15, inter=1e15)
     m = planner.Model(layers=2, hidden=256, heads=4, vocab=100)
     n = m.parameters()
-    for zero in (0, 3):
+    half = 3 * slow.alpha + n * 2 * 3 / 4 / 1e6  # 4 replicas, 16-bit weights
+    for zero in (0, 1, 2, 3):
         split = planner.Split(dp=4, zero=zero, micro_batches=2)
         p = planner.plan(m, split, 64, slow, 0.5)
-        comm = planner.data_parallel_seconds(n, 0, split, slow)
-        assert comm == pytest.approx(6 * slow.alpha + n * 4 * 3 / 4 / 1e6
-                                     * (1.5 if zero == 3 else 1))
-        want = (2 * max(0, comm - p.time["compute"] / 2) if zero == 3
-                else comm - p.time["compute"] / 3)
+        compute = p.time["compute"]
+        backward = compute / 3  # one of two micro-batches: 2/3 of half the arithmetic
+        want = {0: max(0, 2 * half - backward), 1: max(0, 2 * half - backward),
+                2: max(0, half - backward) + max(0, 2 * half - backward),
+                3: 2 * max(0, 3 * (half + (2 - 1) * 3 * slow.alpha) - compute / 2)}[zero]
         assert p.time["data-parallel collectives (exposed)"] == pytest.approx(want)
         assert planner.plan(m, split, 64, fast, 0.5).time[
             "data-parallel collectives (exposed)"] == 0.0
+        assert planner.data_parallel_exposed(n, 0, split, slow, 0.0, 2) == pytest.approx(
+            {0: 2, 1: 2, 2: 3, 3: 2 * 3}[zero] * half
+            + (2 * 3 * 3 * slow.alpha if zero == 3 else 0))
 
 
 def test_the_replicas_link_follows_where_their_ranks_sit():
@@ -181,7 +189,7 @@ def test_the_replicas_link_follows_where_their_ranks_sit():
     in_node = planner.Split(dp=2, tp=2, cp=2, pp=8)
     across = planner.Split(dp=4, tp=2, cp=2, pp=2)
     for split, link in ((in_node, H100.intra), (across, H100.inter)):
-        got = planner.data_parallel_seconds(1e9, 0, split, H100)
+        got = planner.data_parallel_exposed(1e9, 0, split, H100, 0.0, 1)
         k = split.dp * split.cp
         assert got == pytest.approx(2 * (k - 1) * H100.alpha + 1e9 * 4 * (k - 1) / k / link)
 
@@ -196,8 +204,8 @@ def test_expert_state_is_sharded_over_the_replicas_that_share_each_expert():
             + experts * memory_budget.zero_bytes_per_parameter(1, 1))
     assert planner.plan(moe, split, 64).memory["weights, gradients, optimizer"] == \
         pytest.approx(want)
-    assert planner.data_parallel_seconds(dense, experts, split, H100) == pytest.approx(
-        14 * H100.alpha + dense * 4 * 7 / 8 / H100.intra)
+    assert planner.data_parallel_exposed(dense, experts, split, H100, 0.0, 2) == \
+        pytest.approx(14 * H100.alpha + dense * 4 * 7 / 8 / H100.intra)
 
 
 def test_tensor_parallel_collectives_are_rings_and_replay_under_full_recomputation():
@@ -217,6 +225,16 @@ def test_inputs_that_cannot_describe_a_run_are_refused():
             planner.Model(**dict(dict(layers=2, hidden=64, heads=4, vocab=10), **fields))
     with pytest.raises(ValueError, match="dp must be a whole number"):
         planner.Split(dp=2.5)
+    with pytest.raises(ValueError, match="zero is a stage"):
+        planner.Split(zero=True)
+    assert planner.Split(dp=np.int64(2)).dp == 2  # any whole number will do
+    with pytest.raises(ValueError, match="above 0"):
+        planner.Hardware("none", peak=0, memory=1, intra=1, inter=1)
+    with pytest.raises(ValueError, match="per_node"):
+        planner.Hardware("none", peak=1, memory=1, intra=1, inter=1, per_node=0)
+    # chunks count only for an interleaved schedule
+    planner.plan(planner.Model(layers=4, hidden=64, heads=4, vocab=10),
+                 planner.Split(pp=2, chunks=3, micro_batches=2), 64)
     with pytest.raises(ValueError, match="the planner models the schedules"):
         planner.Split(pp=4, micro_batches=8, schedule="zero-bubble")
     m = planner.Model(layers=2, hidden=64, heads=4, vocab=10)

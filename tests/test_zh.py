@@ -98,7 +98,9 @@ def _outputs(nb) -> list[tuple[int, str]]:
 
 
 def _html_text(markup: str) -> str:
-    """The text an HTML output shows, a table's rows on lines of their own."""
+    """The text an HTML output shows, a table's rows on lines of their own (a style sheet or
+    a script shows nothing)."""
+    markup = re.sub(r"<(style|script)\b.*?</\1>", "", markup, flags=re.S | re.I)
     markup = re.sub(r"</t[hd]>", "  ", re.sub(r"</tr>", "\n", markup))
     return html.unescape(re.sub(r"<[^>]*>", "", markup))
 
@@ -112,6 +114,8 @@ def test_an_html_table_is_read_as_its_text():
         '</table>'})]
     assert [english_runs(text) for _, text in _outputs(nb)] == [
         [], ["nothing translated here"]]
+    assert _html_text("<div><style>.x{display:grid}</style>显存<script>var shown = "
+                      "'never shown';</script></div>") == "显存"
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
