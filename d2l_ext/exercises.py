@@ -1180,8 +1180,8 @@ def _parallelism_planner_1(state_bytes_per_gpu: Any, run: dict) -> Text:
                        "16 · 8,029,995,008 / 8 = 16,059,990,016 bytes, about 15 GiB.",
                        "每个参数 16 字节，三部分都分片到 8 块 GPU 上："
                        "16 · 8,029,995,008 / 8 = 16,059,990,016 字节，约 15 GiB。")
-    if near(state_bytes_per_gpu, 16 * n / 8 / 2**30, 0.01) or near(state_bytes_per_gpu,
-                                                                  16 * n / 8 / 1e9, 0.01):
+    if near(state_bytes_per_gpu, 16 * n / 8 / 2**30, 0.06) or near(state_bytes_per_gpu,
+                                                                  16 * n / 8 / 1e9, 0.06):
         return close("give it in bytes, not GiB or GB.", "请以字节为单位，而不是 GiB 或 GB。")
     if near(state_bytes_per_gpu, 16 * n, 0.5):
         return close("ZeRO-3 divides all 16 bytes among the 8 GPUs.",
@@ -1209,13 +1209,13 @@ def _parallelism_planner_2(loss_bytes: Any, run: dict) -> Text:
                        "25,216,155,648 bytes, about 23.5 GiB.",
                        "2 · 8,192 · 128,256 个 logits，三个 float32 张量："
                        "25,216,155,648 字节，约 23.5 GiB。")
-    if near(loss_bytes, 12 * logits / 2**30, 0.01) or near(loss_bytes, 12 * logits / 1e9, 0.01):
+    if near(loss_bytes, 12 * logits / 2**30, 0.06) or near(loss_bytes, 12 * logits / 1e9, 0.06):
         return close("give it in bytes, not GiB or GB.", "请以字节为单位，而不是 GiB 或 GB。")
     if near(loss_bytes, 4 * logits, 0.5):
         return close("that is what the loss keeps (Korthikanti et al.'s 4 bytes); the planner "
                      "counts the peak, three float32 tensors.",
-                     "这是损失保存的部分（Korthikanti 等的 4 字节）；规划器计的是峰值，"
-                     "三个 float32 张量。")
+                     "这是损失保存的部分（Korthikanti 等的 4 字节）；"
+                     "规划器计的是峰值时的三个 float32 张量。")
     if near(loss_bytes, 2 * logits, 0.5):
         return close("the planner counts the loss in float32, 4 bytes a number, three tensors.",
                      "规划器按 float32 计损失，每个数 4 字节，共三个张量。")

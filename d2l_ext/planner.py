@@ -145,7 +145,7 @@ class Split:
         if self.schedule not in SCHEDULES:
             raise ValueError(f"the planner models the schedules {', '.join(SCHEDULES)}, not "
                              f"{self.schedule!r}")
-        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
+        if not _whole(self.zero) or self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero is a stage from 0 to 3, not {self.zero}")
         if self.recompute not in RECOMPUTE:
             raise ValueError(f"recompute is one of {', '.join(RECOMPUTE)}, not "
@@ -173,7 +173,7 @@ class Hardware:
     alpha: float = 10e-6
 
     def __post_init__(self) -> None:
-        if min(self.peak, self.memory, self.intra, self.inter) <= 0 or self.alpha < 0:
+        if not (min(self.peak, self.memory, self.intra, self.inter) > 0 and self.alpha >= 0):
             raise ValueError(f"{self.name}: peak, memory and both links must be above 0, and "
                              "alpha 0 or more")
         if not _whole(self.per_node) or self.per_node < 1:

@@ -71,12 +71,14 @@ _TEXT = {
     "fits": ("Fits {gpu} ({memory} GB) with {free}% of it kept free, on {gpus} GPUs; "
              "{params} billion parameters; {tokens} tokens per second per GPU, a model FLOPs "
              "utilization of {mfu}%.",
-             "{gpus} 块 {gpu}（{memory} GB）留出 {free}% 之后放得下；参数量 {params}×10⁹；"
+             "{gpus} 块 {gpu}（{memory} GB），每块留出 {free}% 的显存之后放得下；"
+             "参数量 {params}×10⁹；"
              "每块 GPU 每秒处理 {tokens} 个词元，模型 FLOPs 利用率 {mfu}%。"),
     "does_not_fit": ("Does not fit {gpu} ({memory} GB) with {free}% of it kept free, on "
                      "{gpus} GPUs: split more, shard with ZeRO or recompute; {params} billion "
                      "parameters.",
-                     "{gpus} 块 {gpu}（{memory} GB）留出 {free}% 之后放不下：可以切得更细、"
+                     "{gpus} 块 {gpu}（{memory} GB），每块留出 {free}% 的显存之后放不下："
+                     "可以切得更细、"
                      "用 ZeRO 分片或做重新计算。参数量 {params}×10⁹。"),
     "at_least_one": ("{name} must be a whole number of at least 1.",
                      "{name}必须是不小于 1 的整数。"),
@@ -180,7 +182,8 @@ def _html(lang: str, script: str, headroom: float) -> str:
                       for n in PRESETS)
     fieldsets = "".join(
         f"<fieldset><legend>{html.escape(title)}</legend>"
-        + "".join(_field(n, titles[n], kinds[n], dict(DEFAULTS, headroom=round(headroom, 2))[n],
+        + "".join(_field(n, titles[n], kinds[n],
+                         dict(DEFAULTS, headroom=min(round(headroom, 2), 0.99))[n],
                          pick) for n in names)
         + "</fieldset>"
         for title, names in groups)

@@ -1365,6 +1365,7 @@ def test_parallelism_planner_exercise_1_state_under_zero_3():
     assert "count all three" in run(cell, "state_bytes_per_gpu = 12 * 8_029_995_008 / 8")
     assert "exactly" in run(cell, "state_bytes_per_gpu = 1.606e10")
     assert "not GiB" in run(cell, "state_bytes_per_gpu = 14.96")
+    assert "not GiB" in run(cell, "state_bytes_per_gpu = 15")
     out = run(cell, "state_bytes_per_gpu = 1e6")
     assert out.startswith("Not quite") and "16,059,990,016" not in out
     assert run(cell, "state_bytes_per_gpu = None").startswith("Exercise 1")
@@ -1378,7 +1379,7 @@ def test_parallelism_planner_exercise_2_the_loss_s_peak():
     assert "Korthikanti" in run(cell, "loss_bytes = 4 * 8192 * 2 * 128256")
     assert "float32" in run(cell, "loss_bytes = 2 * 8192 * 2 * 128256")
     assert "both sequences" in run(cell, "loss_bytes = 12 * 8192 * 128256")
-    assert "not GiB" in run(cell, "loss_bytes = 23.48")
+    assert "not GiB" in run(cell, "loss_bytes = 23.5")
     out = run(cell, "loss_bytes = 1000")
     assert out.startswith("Not quite") and "25,216,155,648" not in out
     assert run(cell, "loss_bytes = None").startswith("Exercise 2")
