@@ -173,7 +173,8 @@ class Hardware:
     alpha: float = 10e-6
 
     def __post_init__(self) -> None:
-        if not (min(self.peak, self.memory, self.intra, self.inter) > 0 and self.alpha >= 0):
+        if not (all(x > 0 for x in (self.peak, self.memory, self.intra, self.inter))
+                and self.alpha >= 0):
             raise ValueError(f"{self.name}: peak, memory and both links must be above 0, and "
                              "alpha 0 or more")
         if not _whole(self.per_node) or self.per_node < 1:

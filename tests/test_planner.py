@@ -228,8 +228,9 @@ def test_inputs_that_cannot_describe_a_run_are_refused():
     with pytest.raises(ValueError, match="zero is a stage"):
         planner.Split(zero=True)
     assert planner.Split(dp=np.int64(2)).dp == 2  # any whole number will do
-    with pytest.raises(ValueError, match="above 0"):
-        planner.Hardware("none", peak=0, memory=1, intra=1, inter=1)
+    for bad in (dict(peak=0), dict(memory=float("nan")), dict(inter=float("nan"))):
+        with pytest.raises(ValueError, match="above 0"):
+            planner.Hardware("none", **dict(dict(peak=1, memory=1, intra=1, inter=1), **bad))
     with pytest.raises(ValueError, match="per_node"):
         planner.Hardware("none", peak=1, memory=1, intra=1, inter=1, per_node=0)
     # chunks count only for an interleaved schedule
