@@ -8,12 +8,13 @@ It is built from the book's own models, not fitted to runs:
   activations Korthikanti et al. (2022) count per layer, divided as tensor, sequence and
   context parallelism divide them, times the micro-batches a pipeline stage holds at once
   (:func:`d2l_ext.pipeline.in_flight` of the simulated schedule), and the loss's float32
-  copies of the logits at their peak;
+  tensors at their peak (:func:`logits_bytes`);
 * time: the model's FLOPs (:func:`d2l_ext.gpt_counts`' 6N plus attention) at a fraction of
   the device's peak, stretched by the pipeline's bubble (:func:`d2l_ext.pipeline.bubble`),
   plus the collectives that cannot hide, each an α–β ring on its link: the tensor-parallel
-  ones wait on every layer's result; the data-parallel gradients hide behind the last
-  micro-batch's backward pass where they are shorter than it.
+  ones wait on every layer's result; context parallelism's ring and the data-parallel
+  collectives hide behind the arithmetic they overlap where they are shorter than it
+  (:func:`context_parallel_exposed`, :func:`data_parallel_exposed`).
 
 Every number it returns is an estimate; the chapter compares them with published runs and
 shows the errors. Sizes are bytes and seconds.

@@ -180,11 +180,10 @@ def _html(lang: str, script: str, headroom: float) -> str:
               (text["gpu_heading"], ["hardware", "efficiency", "headroom"])]
     presets = "".join(f'<option value="{html.escape(n)}">{html.escape(n)}</option>'
                       for n in PRESETS)
+    values = dict(DEFAULTS, headroom=min(round(headroom, 2), 0.99))
     fieldsets = "".join(
         f"<fieldset><legend>{html.escape(title)}</legend>"
-        + "".join(_field(n, titles[n], kinds[n],
-                         dict(DEFAULTS, headroom=min(round(headroom, 2), 0.99))[n],
-                         pick) for n in names)
+        + "".join(_field(n, titles[n], kinds[n], values[n], pick) for n in names)
         + "</fieldset>"
         for title, names in groups)
     data = {"labels": text, "presets": PRESETS, "hardware": hardware}

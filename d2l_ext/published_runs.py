@@ -145,12 +145,6 @@ def float8_time_per_token(model: planner.Model, seq: int) -> float:
     return linear / speedup + 12 * model.layers * seq * model.hidden
 
 
-def implied_efficiency(run: Run, hardware: planner.Hardware) -> float:
-    """The share of ``hardware``'s peak at which the planner's FLOPs per token give the
-    run's measured tokens per second (its model FLOPs utilization, MFU)."""
-    return run.tokens_per_second * run.model.flops_per_token(run.seq) / hardware.peak
-
-
 def calibrated_efficiency(run: Run, hardware: planner.Hardware) -> float:
     """The ``efficiency`` at which :func:`d2l_ext.planner.plan` predicts the run's measured
     tokens per second per GPU (found by bisection: a faster product shortens the step)."""

@@ -22,6 +22,8 @@ from urllib.parse import parse_qs, quote, urlparse
 
 import pytest
 
+from d2l_ext import planner_widget
+
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "site"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -710,12 +712,9 @@ def test_context_expert_page_runs_processes_under_pytorch_and_contexts_under_mxn
 #: dense and mixture-of-experts, GELU and SwiGLU, tied or not, every schedule (1F1B with
 #: fewer micro-batches than stages too), every ZeRO stage and recomputation, links inside
 #: and across nodes, three GPUs.
-_LLAMA_8B = dict(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
-                 mlp="swiglu", tied=False, experts=1, top_k=1, dropout=False, flash=True)
-_LLAMA_70B = dict(_LLAMA_8B, layers=80, hidden=8192, heads=64, ffn=28672)
-_GPT3 = dict(layers=96, hidden=12288, heads=96, kv_heads=0, ffn=0, vocab=50257, mlp="gelu",
-             tied=True, experts=1, top_k=1, dropout=True, flash=False)
-_MIXTRAL = dict(_LLAMA_8B, vocab=32000, experts=8, top_k=2)
+_LLAMA_8B, _LLAMA_70B, _GPT3, _MIXTRAL = (
+    planner_widget.PRESETS[name] for name in ("Llama 3.1 8B", "Llama 3.1 70B", "GPT-3 175B",
+                                              "Mixtral 8x7B"))
 _ODD = dict(layers=6, hidden=960, heads=12, kv_heads=4, ffn=2500, vocab=1001, mlp="gelu",
             tied=False, experts=4, top_k=1, dropout=True, flash=False)
 _SPLIT = dict(dp=1, zero=0, tp=1, sp=False, pp=1, micro_batch=1, micro_batches=1,
