@@ -12,6 +12,9 @@ stores, and the code ``torch.compile`` generates.
   beside that count.
 * :func:`generated_code` runs a function under ``torch.compile`` and returns the code that
   Inductor generated for it; :func:`generated_kernels` names the kernels in that code.
+* :func:`recorded_gpu_kernel` is a Triton kernel Inductor generated for a GPU, as PyTorch's
+  documentation prints it (``data/gpu_kernels/PROVENANCE.md``), for machines without one;
+  :func:`triton_accesses` counts the loads and stores written in such a kernel.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from importlib import resources
 
 import torch
 
 __all__ = ["MemoryCount", "count_memory", "generated_code", "generated_kernels",
-           "matmul_traffic", "page_faults", "use_interpreter"]
+           "matmul_traffic", "page_faults", "recorded_gpu_kernel", "triton_accesses",
+           "use_interpreter"]
 
 
 def use_interpreter(device: torch.device | str) -> bool:
@@ -139,6 +144,30 @@ KERNEL_NAME = re.compile(r"^(cpp_fused_\w+|triton_\w+)\s*=\s*async_compile\.", r
 def generated_kernels(code: str) -> list[str]:
     """The names of the kernels in a module that Inductor generated, in order."""
     return KERNEL_NAME.findall(code)
+
+
+def recorded_gpu_kernel() -> str:
+    """The Triton kernel that PyTorch's documentation ("Getting Started" with
+    ``torch.compile``) prints as an example of what Inductor generates on a CUDA GPU for
+    ``torch.sin(torch.cos(x))``, ``x`` 10,000 float32 numbers: the text as published (source,
+    commit and BSD-3 licence in ``d2l_ext/data/gpu_kernels/PROVENANCE.md``)."""
+    folder = resources.files("d2l_ext") / "data" / "gpu_kernels"
+    return (folder / "inductor_cos_sin_cuda.txt").read_text(encoding="utf-8")
+
+
+#: A call of tl.load or tl.store in a Triton kernel's source.
+_ACCESS = re.compile(r"\btl\.(load|store)\s*\(")
+
+
+def triton_accesses(code: str) -> tuple[int, int]:
+    """How many ``tl.load`` and ``tl.store`` calls the source of Triton kernels holds: the
+    passes over memory each program makes, as written (a call inside a loop runs once per
+    iteration). Raises if the text holds no ``@triton.jit`` kernel."""
+    if "@triton.jit" not in code:
+        raise ValueError("no Triton kernel in this text (no @triton.jit): pass the source of "
+                         "a kernel, e.g. Inductor's output on a GPU")
+    calls = _ACCESS.findall(re.sub(r"#.*", "", code))  # comments are not calls
+    return calls.count("load"), calls.count("store")
 
 
 def page_faults(fn: Callable[[], object], calls: int = 10) -> float | None:

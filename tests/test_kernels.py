@@ -1,10 +1,12 @@
 """d2l_ext.kernels and the kernels page: Triton's interpreter on a CPU, the bytes a kernel
 loads and stores, the tiled product's traffic, and the code torch.compile generates."""
 
+import hashlib
 import math
 import os
 import re
 import sys
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -179,3 +181,26 @@ def test_the_pages_attention_kernel_at_odd_lengths_and_one_block():
         torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=True), atol=1e-5, rtol=1e-5)
         assert count.total == 2 * gpt_counts.causal_attention_traffic(s, 16, block, block, 4)
+
+
+def test_the_recorded_gpu_kernel_is_the_file_its_provenance_names():
+    code = kernels.recorded_gpu_kernel()
+    provenance = (resources.files("d2l_ext") / "data" / "gpu_kernels" / "PROVENANCE.md").read_text()
+    digest = hashlib.sha256(code.encode("utf-8")).hexdigest()
+    assert digest in provenance and "inductor_cos_sin_cuda.txt" in provenance
+    assert "BSD-3-Clause" in provenance and "LICENSE-pytorch.txt" in provenance
+    assert "@triton.jit" in code and "tl.cos(tmp0)" in code and "tl.sin(tmp1)" in code
+    assert kernels.triton_accesses(code) == (1, 1)  # two operations, one pass over memory
+
+
+def test_triton_accesses_counts_calls_not_comments_and_wants_a_kernel():
+    code = ("@triton.jit\n"
+            "def k(a, b, out, n, BLOCK: tl.constexpr):\n"
+            "    # tl.load(a) in a comment is no call\n"
+            "    x = tl.load(a + offs, mask=m)\n"
+            "    y = tl.load (b + offs, mask=m)\n"
+            "    tl.store(out + offs, x + y, mask=m)\n"
+            "    tl.store(out + n + offs, x * y, mask=m)  # tl.store( again\n")
+    assert kernels.triton_accesses(code) == (2, 2)
+    with pytest.raises(ValueError, match="no Triton kernel"):
+        kernels.triton_accesses("extern \"C\" void cpp_fused_add_0(const float* in_ptr0)")
