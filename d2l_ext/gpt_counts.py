@@ -67,6 +67,12 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int) -> float:
     return s * b * h * (34 + 5 * a * s / h)
 
 
+def _check_sizes(**sizes: int) -> None:
+    for name, value in sizes.items():
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}")
+
+
 def attention_traffic(s: int, d: int, block_q: int | None = None, item: int = 2) -> int:
     """Bytes one head's attention forward moves to and from memory for sequence length s
     and head width d (``item`` bytes per number).
@@ -75,6 +81,7 @@ def attention_traffic(s: int, d: int, block_q: int | None = None, item: int = 2)
     probabilities, read those and v, write the output. Tiled: read each query block once,
     all of k and v once per query block, write the output once; the scores stay on chip.
     """
+    _check_sizes(s=s, d=d, item=item)
     if block_q is None:
         return item * (2 * s * d + s * s + 2 * s * s + s * s + s * d + s * d)
     if block_q < 1:
@@ -88,6 +95,7 @@ def causal_attention_traffic(s: int, d: int, block_q: int, block_k: int, item: i
     once, but a query block ending at query e reads only the key blocks that start before
     e, whole: min(s, ⌈e / block_k⌉·block_k) rows of k and as many of v (the key blocks
     wholly after the query block are skipped)."""
+    _check_sizes(s=s, d=d, item=item)
     if block_q < 1 or block_k < 1:
         raise ValueError(f"block sizes must be at least 1, got {block_q} and {block_k}")
     rows = sum(min(s, math.ceil(min(s, i + block_q) / block_k) * block_k)
@@ -120,7 +128,7 @@ def formula_terms(s: int, b: int, h: int, a: int) -> dict[str, float]:
 
 #: The terms' names in the reader's language (:func:`d2l_ext.i18n.message`).
 TERM_NAMES = {
-    "LayerNorm inputs": ("LayerNorm inputs", "LayerNorm 的输入"),
+    "LayerNorm inputs": ("LayerNorm inputs", "层规范化的输入"),
     "linear-layer inputs": ("linear-layer inputs", "线性层的输入"),
     "Q, K and V": ("Q, K and V", "Q、K 和 V"),
     "GELU input": ("GELU input", "GELU 的输入"),
@@ -130,7 +138,7 @@ TERM_NAMES = {
     "attention dropout mask": ("attention dropout mask", "注意力暂退的掩码"),
     "attention dropout output": ("attention dropout output", "注意力暂退的输出"),
     "LayerNorm statistics": ("LayerNorm statistics (not in the formula)",
-                             "LayerNorm 的统计量（公式未计）"),
+                             "层规范化的统计量（公式未计）"),
     "causal mask": ("causal mask (not in the formula)", "因果掩码（公式未计）"),
     "fused attention's output and statistics": (
         "fused attention's output and statistics", "融合注意力的输出与统计量"),

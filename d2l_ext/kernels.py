@@ -7,14 +7,16 @@ stores, and the code ``torch.compile`` generates.
   runs in the interpreter (masked-off elements excluded; a repeated load counts again): the
   kernel's own traffic to memory, as its code states it.
 * :func:`page_faults` counts the fresh memory pages a function touches per call, the cost
-  of allocating that a timing includes and a byte count does not.
+  of allocating that a timing includes and a byte count does not; :class:`FaultCounter`
+  counts them during the very calls a timer makes.
 * :func:`matmul_traffic` is the traffic of a tiled matrix product, block by block, to set
   beside that count.
 * :func:`generated_code` runs a function under ``torch.compile`` and returns the code that
   Inductor generated for it; :func:`generated_kernels` names the kernels in that code.
-* :func:`recorded_gpu_kernel` is a Triton kernel Inductor generated for a GPU, as PyTorch's
-  documentation prints it (``data/gpu_kernels/PROVENANCE.md``), for machines without one;
-  :func:`triton_accesses` counts the loads and stores written in such a kernel.
+* :func:`documented_triton_kernel` is the example of Triton code that Inductor writes for a
+  GPU which PyTorch's documentation prints (``data/gpu_kernels/PROVENANCE.md``), for
+  machines without one; :func:`triton_accesses` counts the loads and stores written in such
+  a kernel.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from importlib import resources
 
 import torch
 
-__all__ = ["MemoryCount", "count_memory", "generated_code", "generated_kernels",
-           "matmul_traffic", "page_faults", "recorded_gpu_kernel", "triton_accesses",
+__all__ = ["FaultCounter", "MemoryCount", "count_memory", "generated_code", "generated_kernels",
+           "matmul_traffic", "page_faults", "documented_triton_kernel", "triton_accesses",
            "use_interpreter"]
 
 
@@ -146,27 +148,45 @@ def generated_kernels(code: str) -> list[str]:
     return KERNEL_NAME.findall(code)
 
 
-def recorded_gpu_kernel() -> str:
-    """The Triton kernel that PyTorch's documentation ("Getting Started" with
-    ``torch.compile``) prints as an example of what Inductor generates on a CUDA GPU for
-    ``torch.sin(torch.cos(x))``, ``x`` 10,000 float32 numbers: the text as published (source,
-    commit and BSD-3 licence in ``d2l_ext/data/gpu_kernels/PROVENANCE.md``)."""
+def documented_triton_kernel() -> str:
+    """The example of Triton code that PyTorch's documentation ("Getting Started" with
+    ``torch.compile``) prints for ``torch.sin(torch.cos(x))`` on a CUDA GPU, ``x`` 10,000
+    float32 numbers: "similar to" the kernel Inductor generates, in the documentation's words,
+    and edited (its layout is not Inductor's), so an illustration rather than one run's
+    output. The text as published; source, commit and BSD-3 licence in
+    ``d2l_ext/data/gpu_kernels/PROVENANCE.md``."""
     folder = resources.files("d2l_ext") / "data" / "gpu_kernels"
-    return (folder / "inductor_cos_sin_cuda.txt").read_text(encoding="utf-8")
+    return (folder / "inductor_cos_sin_example.txt").read_text(encoding="utf-8")
 
 
 #: A call of tl.load or tl.store in a Triton kernel's source.
 _ACCESS = re.compile(r"\btl\.(load|store)\s*\(")
 
 
+def _code_of(line: str) -> str:
+    """A line of Python without its comment: up to the first ``#`` outside a quoted string."""
+    quote = ""
+    for i, char in enumerate(line):
+        if quote:
+            quote = "" if char == quote and line[i - 1] != "\\" else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#":
+            return line[:i]
+    return line
+
+
 def triton_accesses(code: str) -> tuple[int, int]:
-    """How many ``tl.load`` and ``tl.store`` calls the source of Triton kernels holds: the
-    passes over memory each program makes, as written (a call inside a loop runs once per
-    iteration). Raises if the text holds no ``@triton.jit`` kernel."""
+    """How many ``tl.load`` and ``tl.store`` calls the source of Triton kernels holds (a
+    kernel, or a module Inductor generated, whose kernels sit in strings): the passes over
+    memory each program makes, as written (a call inside a loop runs once per iteration).
+    Comments do not count. Raises if the text holds no ``@triton.jit`` kernel."""
+    if not isinstance(code, str):
+        raise TypeError(f"pass the kernel's source as a str, got {type(code).__name__}")
     if "@triton.jit" not in code:
         raise ValueError("no Triton kernel in this text (no @triton.jit): pass the source of "
                          "a kernel, e.g. Inductor's output on a GPU")
-    calls = _ACCESS.findall(re.sub(r"#.*", "", code))  # comments are not calls
+    calls = _ACCESS.findall("\n".join(_code_of(line) for line in code.splitlines()))
     return calls.count("load"), calls.count("store")
 
 
@@ -185,3 +205,37 @@ def page_faults(fn: Callable[[], object], calls: int = 10) -> float | None:
     for _ in range(calls):
         fn()
     return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
+
+
+def _minor_faults() -> int | None:
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+class FaultCounter:
+    """``fn`` that also counts the process's minor page faults during each of its calls, so
+    that a timer calling it measures the fresh pages of the very calls it times (whether the
+    allocator hands large buffers back to the operating system changes from run to run, and a
+    count taken apart from the timing need not match it). ``per_call`` is ``None`` where the
+    platform does not count page faults (no ``resource`` module) or before any call."""
+
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self.fn = fn
+        self.faults = 0
+        self.calls = 0
+        self.counts = _minor_faults() is not None
+
+    def __call__(self) -> object:
+        before = _minor_faults() if self.counts else 0
+        out = self.fn()
+        if self.counts:
+            self.faults += _minor_faults() - before
+        self.calls += 1
+        return out
+
+    @property
+    def per_call(self) -> float | None:
+        return self.faults / self.calls if self.counts and self.calls else None

@@ -183,11 +183,11 @@ def test_the_pages_attention_kernel_at_odd_lengths_and_one_block():
         assert count.total == 2 * gpt_counts.causal_attention_traffic(s, 16, block, block, 4)
 
 
-def test_the_recorded_gpu_kernel_is_the_file_its_provenance_names():
-    code = kernels.recorded_gpu_kernel()
+def test_the_documented_triton_kernel_is_the_file_its_provenance_names():
+    code = kernels.documented_triton_kernel()
     provenance = (resources.files("d2l_ext") / "data" / "gpu_kernels" / "PROVENANCE.md").read_text()
     digest = hashlib.sha256(code.encode("utf-8")).hexdigest()
-    assert digest in provenance and "inductor_cos_sin_cuda.txt" in provenance
+    assert digest in provenance and "inductor_cos_sin_example.txt" in provenance
     assert "BSD-3-Clause" in provenance and "LICENSE-pytorch.txt" in provenance
     assert "@triton.jit" in code and "tl.cos(tmp0)" in code and "tl.sin(tmp1)" in code
     assert kernels.triton_accesses(code) == (1, 1)  # two operations, one pass over memory
@@ -204,3 +204,23 @@ def test_triton_accesses_counts_calls_not_comments_and_wants_a_kernel():
     assert kernels.triton_accesses(code) == (2, 2)
     with pytest.raises(ValueError, match="no Triton kernel"):
         kernels.triton_accesses("extern \"C\" void cpp_fused_add_0(const float* in_ptr0)")
+    with pytest.raises(TypeError, match="as a str"):
+        kernels.triton_accesses(b"@triton.jit")
+    inline = '@triton.jit\ndef k(p, q):\n    s = "#"; tl.load(p)\n    tl.store(q, "a#b", m)\n'
+    assert kernels.triton_accesses(inline) == (1, 1)  # a # inside a string is no comment
+    module = ("k = async_compile.triton('k', '''\n@triton.jit\ndef k(p, q):\n"
+              "    tl.store(q, tl.load(p) + 1)\n''')\n")  # Inductor's module: kernels in strings
+    assert kernels.triton_accesses(module) == (1, 1)
+
+
+def test_fault_counter_counts_the_calls_it_wraps():
+    keep = []
+    counter = kernels.FaultCounter(lambda: keep.append(bytearray(8 << 20)))  # 8 MiB, touched
+    assert counter.per_call is None  # no call yet
+    for _ in range(3):
+        counter()
+    assert counter.calls == 3
+    if counter.counts:  # where the platform counts page faults
+        assert counter.per_call >= (8 << 20) / 4096 * 0.5  # fresh pages for each new buffer
+    quiet = kernels.FaultCounter(lambda: sum(range(10)))
+    assert quiet() == 45 and quiet.calls == 1

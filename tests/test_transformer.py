@@ -9,6 +9,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from d2l_ext import gpt_counts
 from d2l_ext import transformer as tf
 from d2l_ext.memory import SavedTensors
 
@@ -140,6 +141,11 @@ def test_attention_traffic_tiled_is_linear_in_s_for_a_fixed_block_count():
     assert tf.attention_traffic(512, d, block_q=64) < naive[0]
     with pytest.raises(ValueError):
         tf.attention_traffic(512, d, block_q=0)
+    for bad in ({"s": -5, "d": d}, {"s": 512, "d": 0}, {"s": 512, "d": d, "item": 0}):
+        with pytest.raises(ValueError, match="must be at least 1"):
+            tf.attention_traffic(**bad)
+        with pytest.raises(ValueError, match="must be at least 1"):
+            gpt_counts.causal_attention_traffic(**bad, block_q=64, block_k=64)
 
 
 def test_tiled_attention_in_threads():

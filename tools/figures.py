@@ -51,7 +51,7 @@ TEXT = {
         "seams_tp": "张量并行", "seams_sp": "加上序列并行",
         "seams_input": "输入", "seams_attention": "注意力", "seams_whole": "每个进程上都是完整的",
         "seams_features": "按头或特征切分", "seams_sequence": "按序列切分",
-        "seams_key": "前：前向传播；反：反向传播；—：不通信；LN：LayerNorm",
+        "seams_key": "前：前向传播；反：反向传播；—：不通信；LN：层规范化",
         "seams_f": "前：", "seams_b": "反：", "seams_ar": "全归约", "seams_ag": "全收集",
         "seams_rs": "归约散射", "seams_ln": "LN",
     },
