@@ -12,6 +12,7 @@ Activation bytes follow Korthikanti et al. (2022).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 
@@ -69,6 +70,8 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int) -> float:
 
 def _check_sizes(**sizes: int) -> None:
     for name, value in sizes.items():
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            raise TypeError(f"{name} must be a whole number, got {value!r}")
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
 
@@ -84,8 +87,7 @@ def attention_traffic(s: int, d: int, block_q: int | None = None, item: int = 2)
     _check_sizes(s=s, d=d, item=item)
     if block_q is None:
         return item * (2 * s * d + s * s + 2 * s * s + s * s + s * d + s * d)
-    if block_q < 1:
-        raise ValueError(f"block_q must be at least 1, got {block_q}")
+    _check_sizes(block_q=block_q)
     return item * (s * d + math.ceil(s / block_q) * 2 * s * d + s * d)
 
 
@@ -95,9 +97,7 @@ def causal_attention_traffic(s: int, d: int, block_q: int, block_k: int, item: i
     once, but a query block ending at query e reads only the key blocks that start before
     e, whole: min(s, ⌈e / block_k⌉·block_k) rows of k and as many of v (the key blocks
     wholly after the query block are skipped)."""
-    _check_sizes(s=s, d=d, item=item)
-    if block_q < 1 or block_k < 1:
-        raise ValueError(f"block sizes must be at least 1, got {block_q} and {block_k}")
+    _check_sizes(s=s, d=d, item=item, block_q=block_q, block_k=block_k)
     rows = sum(min(s, math.ceil(min(s, i + block_q) / block_k) * block_k)
                for i in range(0, s, block_q))
     return item * (s * d + 2 * rows * d + s * d)

@@ -165,10 +165,15 @@ _ACCESS = re.compile(r"\btl\.(load|store)\s*\(")
 
 def _code_of(line: str) -> str:
     """A line of Python without its comment: up to the first ``#`` outside a quoted string."""
-    quote = ""
+    quote, escaped = "", False
     for i, char in enumerate(line):
         if quote:
-            quote = "" if char == quote and line[i - 1] != "\\" else quote
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = ""
         elif char in "'\"":
             quote = char
         elif char == "#":

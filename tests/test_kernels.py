@@ -224,3 +224,8 @@ def test_fault_counter_counts_the_calls_it_wraps():
         assert counter.per_call >= (8 << 20) / 4096 * 0.5  # fresh pages for each new buffer
     quiet = kernels.FaultCounter(lambda: sum(range(10)))
     assert quiet() == 45 and quiet.calls == 1
+
+
+def test_triton_accesses_reads_escaped_backslashes_before_a_comment():
+    code = '@triton.jit\ndef k(p):\n    s = "a\\\\"; x = tl.load(p)  # tl.store(p, x)\n'
+    assert kernels.triton_accesses(code) == (1, 0)

@@ -146,6 +146,10 @@ def test_attention_traffic_tiled_is_linear_in_s_for_a_fixed_block_count():
             tf.attention_traffic(**bad)
         with pytest.raises(ValueError, match="must be at least 1"):
             gpt_counts.causal_attention_traffic(**bad, block_q=64, block_k=64)
+    for bad in ({"s": 2.5, "d": d}, {"s": float("nan"), "d": d},
+                {"s": 512, "d": d, "block_q": 1e9}):
+        with pytest.raises(TypeError, match="whole number"):
+            tf.attention_traffic(**bad)
 
 
 def test_tiled_attention_in_threads():
