@@ -222,9 +222,10 @@ def _minor_faults() -> int | None:
 
 class FaultCounter:
     """``fn`` that also counts the process's minor page faults during each of its calls, so
-    that a timer calling it measures the fresh pages of the very calls it times (whether the
-    allocator hands large buffers back to the operating system changes from run to run, and a
-    count taken apart from the timing need not match it). ``per_call`` is ``None`` where the
+    that a timer calling it counts the fresh pages of the calls it makes, its warm-up and
+    calibration included (whether the allocator hands large buffers back to the operating
+    system changes from run to run, and a count taken apart from the timing need not match
+    it). ``per_call`` is ``None`` where the
     platform does not count page faults (no ``resource`` module) or before any call."""
 
     def __init__(self, fn: Callable[[], object]) -> None:
