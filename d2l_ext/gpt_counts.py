@@ -12,8 +12,9 @@ Activation bytes follow Korthikanti et al. (2022).
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
+
+from d2l_ext.utils import is_whole
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int) -> float:
 
 def _check_sizes(**sizes: int) -> None:
     for name, value in sizes.items():
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        if not is_whole(value):
             raise TypeError(f"{name} must be a whole number, got {value!r}")
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")

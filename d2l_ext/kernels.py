@@ -8,7 +8,7 @@ stores, and the code ``torch.compile`` generates.
   kernel's own traffic to memory, as its code states it.
 * :func:`page_faults` counts the fresh memory pages a function touches per call, the cost
   of allocating that a timing includes and a byte count does not; :class:`FaultCounter`
-  counts them during the very calls a timer makes.
+  counts them over the calls a timer makes.
 * :func:`matmul_traffic` is the traffic of a tiled matrix product, block by block, to set
   beside that count.
 * :func:`generated_code` runs a function under ``torch.compile`` and returns the code that
@@ -195,23 +195,6 @@ def triton_accesses(code: str) -> tuple[int, int]:
     return calls.count("load"), calls.count("store")
 
 
-def page_faults(fn: Callable[[], object], calls: int = 10) -> float | None:
-    """Minor page faults per call of ``fn`` (after one untimed call): fresh pages of memory
-    that the operating system hands the process, zeroed, when ``fn`` allocates large buffers
-    anew. ``None`` where the platform does not count them (no ``resource`` module)."""
-    if calls < 1:
-        raise ValueError(f"calls must be at least 1, got {calls}")
-    try:
-        import resource
-    except ImportError:  # Windows
-        return None
-    fn()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(calls):
-        fn()
-    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / calls
-
-
 def _minor_faults() -> int | None:
     try:
         import resource
@@ -225,8 +208,8 @@ class FaultCounter:
     that a timer calling it counts the fresh pages of the calls it makes, its warm-up and
     calibration included (whether the allocator hands large buffers back to the operating
     system changes from run to run, and a count taken apart from the timing need not match
-    it). ``per_call`` is ``None`` where the
-    platform does not count page faults (no ``resource`` module) or before any call."""
+    it). ``per_call`` is ``None`` where the platform does not count page faults (no
+    ``resource`` module) or before any call."""
 
     def __init__(self, fn: Callable[[], object]) -> None:
         self.fn = fn
@@ -245,3 +228,16 @@ class FaultCounter:
     @property
     def per_call(self) -> float | None:
         return self.faults / self.calls if self.counts and self.calls else None
+
+
+def page_faults(fn: Callable[[], object], calls: int = 10) -> float | None:
+    """Minor page faults per call of ``fn`` (after one untimed call): fresh pages of memory
+    that the operating system hands the process, zeroed, when ``fn`` allocates large buffers
+    anew. ``None`` where the platform does not count them (no ``resource`` module)."""
+    if calls < 1:
+        raise ValueError(f"calls must be at least 1, got {calls}")
+    fn()
+    counter = FaultCounter(fn)
+    for _ in range(calls):
+        counter()
+    return counter.per_call

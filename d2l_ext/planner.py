@@ -24,19 +24,15 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from dataclasses import dataclass, field, replace
 
 from d2l_ext import datasheets, memory_budget, pipeline
+from d2l_ext.utils import is_whole
 
 RECOMPUTE = ("none", "selective", "full")
 #: The schedules whose bubble and in-flight micro-batches the planner takes from the
 #: simulator with a backward pass twice the forward (zero-bubble ones split the backward).
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
-
-
-def _whole(value) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -61,11 +57,11 @@ class Model:
 
     def __post_init__(self) -> None:
         for name in ("layers", "hidden", "heads", "vocab", "experts", "top_k"):
-            if not _whole(getattr(self, name)) or getattr(self, name) < 1:
+            if not is_whole(getattr(self, name)) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a whole number of at least 1, not "
                                  f"{getattr(self, name)}")
         for name in ("ffn", "kv_heads"):
-            if not _whole(getattr(self, name)) or getattr(self, name) < 0:
+            if not is_whole(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"{name} must be a whole number, 0 or more (0: the default), "
                                  f"not {getattr(self, name)}")
         if self.heads % self.kv:
@@ -140,13 +136,13 @@ class Split:
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "micro_batch", "micro_batches", "chunks", "cp", "ep"):
-            if not _whole(getattr(self, name)) or getattr(self, name) < 1:
+            if not is_whole(getattr(self, name)) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a whole number of at least 1, not "
                                  f"{getattr(self, name)}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"the planner models the schedules {', '.join(SCHEDULES)}, not "
                              f"{self.schedule!r}")
-        if not _whole(self.zero) or self.zero not in (0, 1, 2, 3):
+        if not is_whole(self.zero) or self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero is a stage from 0 to 3, not {self.zero}")
         if self.recompute not in RECOMPUTE:
             raise ValueError(f"recompute is one of {', '.join(RECOMPUTE)}, not "
@@ -178,7 +174,7 @@ class Hardware:
                 and self.alpha >= 0):
             raise ValueError(f"{self.name}: peak, memory and both links must be above 0, and "
                              "alpha 0 or more")
-        if not _whole(self.per_node) or self.per_node < 1:
+        if not is_whole(self.per_node) or self.per_node < 1:
             raise ValueError(f"{self.name}: per_node must be a whole number of at least 1")
 
 
@@ -263,7 +259,7 @@ def _check(model: Model, split: Split, seq: int, efficiency: float) -> None:
                          f"{chunks} pipeline chunks")
     if model.experts % split.ep:
         raise ValueError(f"ep ({split.ep}) must divide the experts ({model.experts})")
-    if not _whole(seq) or seq < 1:
+    if not is_whole(seq) or seq < 1:
         raise ValueError(f"the sequence must be a whole number of tokens, at least 1, not {seq}")
     if seq % split.cp:
         raise ValueError(f"cp ({split.cp}) must divide the sequence ({seq})")
@@ -448,7 +444,7 @@ def search(model: Model, gpus: int, seq: int, batch: int, hardware: Hardware,
     out). Every product is taken to run at ``efficiency``, however small the split makes
     it. Expert parallelism is not searched (ep = 1): its all-to-alls are not in the planner's
     time."""
-    if not (_whole(gpus) and _whole(batch)) or gpus < 1 or batch < 1:
+    if not (is_whole(gpus) and is_whole(batch)) or gpus < 1 or batch < 1:
         raise ValueError(f"gpus ({gpus}) and batch ({batch}) must be whole numbers, at least 1")
     if not 0 <= headroom < 1:
         raise ValueError(f"headroom is a share of the memory, from 0 to below 1, not {headroom}")

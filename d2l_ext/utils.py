@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import io
 import math
+import numbers
 import re
 import sys
 import time
@@ -452,6 +453,11 @@ def aligned_left(i: int, left: int | Collection[int]) -> bool:
     """Whether column ``i`` is aligned left: one of the first ``left`` columns (an int), or
     one of the columns ``left`` lists (names and words; numbers go right)."""
     return i < left if isinstance(left, int) else i in left
+
+
+def is_whole(value: Any) -> bool:
+    """Whether ``value`` is a whole number: a Python or NumPy integer, not a bool or a float."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def signed(value: float, spec: str = "+.1f") -> str:

@@ -547,3 +547,9 @@ def test_significant_keeps_three_digits_without_an_exponent():
         significant(1.0, 0)
     table = text_table(["a"], [[16], [0.0], [-0.0001], [-2.5]], ["~3"])
     assert table.cells == (("16.0",), ("0",), ("\u22120.000100",), ("\u22122.50",))
+
+
+def test_is_whole_takes_python_and_numpy_integers_only():
+    is_whole = utils.is_whole
+    assert is_whole(3) and is_whole(np.int64(3)) and is_whole(0) and is_whole(-2)
+    assert not any(is_whole(v) for v in (True, 3.0, float("nan"), "3", None, np.float32(3)))
