@@ -35,6 +35,13 @@ RECOMPUTE = ("none", "selective", "full")
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
 
 
+def _as_python_ints(obj: object, names: tuple[str, ...]) -> None:
+    """Store the named fields of a frozen dataclass as Python ints, so that a NumPy integer
+    (which the checks accept) cannot overflow in the counts made from it."""
+    for name in names:
+        object.__setattr__(obj, name, int(getattr(obj, name)))
+
+
 @dataclass(frozen=True)
 class Model:
     """A decoder-only transformer: ``layers`` blocks of width ``hidden`` with ``heads``
@@ -64,6 +71,8 @@ class Model:
             if not is_whole(getattr(self, name)) or getattr(self, name) < 0:
                 raise ValueError(f"{name} must be a whole number, 0 or more (0: the default), "
                                  f"not {getattr(self, name)}")
+        _as_python_ints(self, ("layers", "hidden", "heads", "vocab", "experts", "top_k", "ffn",
+                               "kv_heads"))
         if self.heads % self.kv:
             raise ValueError(f"the key and value heads ({self.kv}) must divide the heads "
                              f"({self.heads})")
@@ -144,6 +153,8 @@ class Split:
                              f"{self.schedule!r}")
         if not is_whole(self.zero) or self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero is a stage from 0 to 3, not {self.zero}")
+        _as_python_ints(self, ("dp", "tp", "pp", "micro_batch", "micro_batches", "chunks", "cp",
+                               "ep", "zero"))
         if self.recompute not in RECOMPUTE:
             raise ValueError(f"recompute is one of {', '.join(RECOMPUTE)}, not "
                              f"{self.recompute!r}")
@@ -176,6 +187,7 @@ class Hardware:
                              "alpha 0 or more")
         if not is_whole(self.per_node) or self.per_node < 1:
             raise ValueError(f"{self.name}: per_node must be a whole number of at least 1")
+        _as_python_ints(self, ("per_node",))
 
 
 @dataclass
@@ -280,6 +292,7 @@ def plan(model: Model, split: Split, seq: int, hardware: Hardware | None = None,
     messages that cannot hide; left out are the pipeline's sends between stages and the
     experts' all-to-alls."""
     _check(model, split, seq, efficiency)
+    seq = int(seq)
     out = Plan()
     layers = model.layers // split.pp
     embeddings = model.embedding_parameters() / (1 if model.tied or split.pp == 1 else 2)
@@ -446,6 +459,7 @@ def search(model: Model, gpus: int, seq: int, batch: int, hardware: Hardware,
     time."""
     if not (is_whole(gpus) and is_whole(batch)) or gpus < 1 or batch < 1:
         raise ValueError(f"gpus ({gpus}) and batch ({batch}) must be whole numbers, at least 1")
+    gpus, batch = int(gpus), int(batch)
     if not 0 <= headroom < 1:
         raise ValueError(f"headroom is a share of the memory, from 0 to below 1, not {headroom}")
     found = []

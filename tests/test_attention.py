@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from torch.nn import functional as F
@@ -56,6 +57,12 @@ def test_causal_skips_key_blocks_only_when_there_are_several():
     assert gpt_counts.causal_attention_traffic(4, 1, 1, 3, item=1) == 4 + 2 * (3 + 3 + 3 + 4) + 4
     with pytest.raises(ValueError, match="at least 1"):
         gpt_counts.causal_attention_traffic(4, 1, 1, 0)
+    # NumPy int32 sizes give the Python ints' count, not an overflowed one
+    s32, d32 = np.int32(65536), np.int32(128)
+    assert gpt_counts.attention_traffic(s32, d32) == gpt_counts.attention_traffic(65536, 128)
+    assert gpt_counts.attention_traffic(65536, 128) > 2**31
+    assert (gpt_counts.causal_attention_traffic(s32, d32, np.int32(128), np.int32(128))
+            == gpt_counts.causal_attention_traffic(65536, 128, 128, 128))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

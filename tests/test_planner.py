@@ -228,6 +228,11 @@ def test_inputs_that_cannot_describe_a_run_are_refused():
     with pytest.raises(ValueError, match="zero is a stage"):
         planner.Split(zero=True)
     assert planner.Split(dp=np.int64(2)).dp == 2  # any whole number will do
+    # a NumPy int32 is kept as a Python int: the counts made from it cannot overflow
+    wide = dict(layers=96, hidden=12288, heads=96, vocab=50257)
+    in_int32 = planner.Model(**{k: np.int32(v) for k, v in wide.items()})
+    assert type(in_int32.hidden) is int and type(planner.Split(tp=np.int32(8)).tp) is int
+    assert in_int32.parameters() == planner.Model(**wide).parameters() > 2**31
     for bad in (dict(peak=0), dict(memory=float("nan")), dict(inter=float("nan"))):
         with pytest.raises(ValueError, match="above 0"):
             planner.Hardware("none", **dict(dict(peak=1, memory=1, intra=1, inter=1), **bad))
