@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from d2l_ext.utils import is_whole
+from d2l_ext.utils import whole_numbers
 
 
 @dataclass(frozen=True)
@@ -69,17 +69,6 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int) -> float:
     return s * b * h * (34 + 5 * a * s / h)
 
 
-def _sizes(**sizes: int) -> list[int]:
-    """The sizes as Python ints (a NumPy integer cannot overflow in the products), after
-    checking that each is a whole number of at least 1."""
-    for name, value in sizes.items():
-        if not is_whole(value):
-            raise TypeError(f"{name} must be a whole number, got {value!r}")
-        if value < 1:
-            raise ValueError(f"{name} must be at least 1, got {value}")
-    return [int(value) for value in sizes.values()]
-
-
 def attention_traffic(s: int, d: int, block_q: int | None = None, item: int = 2) -> int:
     """Bytes one head's attention forward moves to and from memory for sequence length s
     and head width d (``item`` bytes per number).
@@ -88,10 +77,10 @@ def attention_traffic(s: int, d: int, block_q: int | None = None, item: int = 2)
     probabilities, read those and v, write the output. Tiled: read each query block once,
     all of k and v once per query block, write the output once; the scores stay on chip.
     """
-    s, d, item = _sizes(s=s, d=d, item=item)
+    s, d, item = whole_numbers(s=s, d=d, item=item)
     if block_q is None:
         return item * (2 * s * d + s * s + 2 * s * s + s * s + s * d + s * d)
-    (block_q,) = _sizes(block_q=block_q)
+    (block_q,) = whole_numbers(block_q=block_q)
     return item * (s * d + math.ceil(s / block_q) * 2 * s * d + s * d)
 
 
@@ -101,7 +90,8 @@ def causal_attention_traffic(s: int, d: int, block_q: int, block_k: int, item: i
     once, but a query block ending at query e reads only the key blocks that start before
     e, whole: min(s, ⌈e / block_k⌉·block_k) rows of k and as many of v (the key blocks
     wholly after the query block are skipped)."""
-    s, d, item, block_q, block_k = _sizes(s=s, d=d, item=item, block_q=block_q, block_k=block_k)
+    s, d, item, block_q, block_k = whole_numbers(s=s, d=d, item=item, block_q=block_q,
+                                                 block_k=block_k)
     rows = sum(min(s, math.ceil(min(s, i + block_q) / block_k) * block_k)
                for i in range(0, s, block_q))
     return item * (s * d + 2 * rows * d + s * d)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from d2l_ext.utils import whole_numbers
+
 __all__ = ["Traffic", "Work", "ring_bytes", "block_all_reduce_bytes", "block_sequence_bytes",
            "ring_chunks", "ring_positions", "ring_attention_bytes", "dispatch_bytes",
            "load_imbalance"]
@@ -44,7 +46,8 @@ def ring_bytes(kind: str, payload: int, processes: int) -> int:
     """What a ring algorithm sends from each process for a collective handed ``payload``
     bytes per process: all-reduce 2(k − 1)/k of it, reduce-scatter (k − 1)/k of it,
     all-gather (k − 1) times it (each process's input goes to k − 1 others)."""
-    k = processes
+    (payload,) = whole_numbers(0, payload=payload)
+    (k,) = whole_numbers(processes=processes)
     factors = {"all_reduce": (2 * (k - 1), k), "reduce_scatter": (k - 1, k),
                "all_gather": (k - 1, 1)}
     if kind not in factors:
@@ -59,6 +62,8 @@ def block_all_reduce_bytes(batch: int, seq: int, d: int, item: int, world: int,
     forward pass (after attention and after the MLP) and, with ``backward``, 2 more (the
     gradients of the two inputs); and what a ring all-reduce of that payload sends from each
     process, 2(k − 1)/k of it."""
+    batch, seq, d, item, world = whole_numbers(batch=batch, seq=seq, d=d, item=item,
+                                               world=world)
     calls = 4 if backward else 2
     payload = calls * batch * seq * d * item
     return {"calls": calls, "payload": payload,
@@ -74,6 +79,8 @@ def block_sequence_bytes(batch: int, seq: int, d: int, item: int, world: int,
     shard (the inputs of the column-split layers, gathered again). On a ring an all-gather
     and a reduce-scatter send, from each process, what one all-reduce of b·s·d sends:
     2(k − 1)/k of it."""
+    batch, seq, d, item, world = whole_numbers(batch=batch, seq=seq, d=d, item=item,
+                                               world=world)
     if seq % world:
         raise ValueError(f"the sequence ({seq}) must divide evenly among {world} processes")
     rounds = 2 if backward else 1
@@ -95,6 +102,8 @@ def ring_chunks(rank: int, size: int, layout: str = "contiguous") -> list[int]:
     one, so that under a causal mask every process computes as many scores."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout is one of {', '.join(LAYOUTS)}, not {layout!r}")
+    (size,) = whole_numbers(size=size)
+    (rank,) = whole_numbers(0, rank=rank)
     if not 0 <= rank < size:
         raise ValueError(f"rank must be between 0 and {size - 1}, not {rank}")
     return [rank] if layout == "contiguous" else [rank, 2 * size - 1 - rank]
@@ -104,6 +113,7 @@ def ring_positions(rank: int, size: int, seq: int, layout: str = "contiguous") -
     """The positions of a sequence of ``seq`` tokens that process ``rank`` of ``size`` holds
     under ``layout`` (:func:`ring_chunks`), its chunks one after the other."""
     chunks = ring_chunks(rank, size, layout)
+    (seq,) = whole_numbers(seq=seq)
     pieces = size * len(chunks)
     if seq % pieces:
         raise ValueError(f"the {layout} layout cuts the sequence into {pieces} equal chunks; "
@@ -116,6 +126,8 @@ def ring_attention_bytes(batch: int, heads: int, seq: int, head_size: int, item:
                          processes: int) -> dict[str, int]:
     """What one process sends in one ring attention's forward pass: its shard of keys and
     values, 2·b·h·(s/k)·d_h numbers, at each of the k − 1 steps."""
+    batch, heads, seq, head_size, item, processes = whole_numbers(
+        batch=batch, heads=heads, seq=seq, head_size=head_size, item=item, processes=processes)
     if seq % processes:
         raise ValueError(f"the sequence ({seq}) must divide evenly among {processes} processes")
     shard = 2 * batch * heads * (seq // processes) * head_size * item
@@ -128,6 +140,8 @@ def dispatch_bytes(rows_out: int, rows_in: int, d: int, item: int) -> int:
     each, and the outputs of the ``rows_in`` rows other processes sent here go back, d
     numbers each. (The backward pass sends as many bytes, the other way round; the counts
     of rows exchanged first are a few integers and not counted.)"""
+    rows_out, rows_in = whole_numbers(0, rows_out=rows_out, rows_in=rows_in)
+    d, item = whole_numbers(d=d, item=item)
     return (rows_out + rows_in) * d * item
 
 

@@ -460,6 +460,18 @@ def is_whole(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def whole_numbers(minimum: int = 1, **values: Any) -> list[int]:
+    """The ``values`` as Python ints, in order, after checking that each is a whole number
+    (:func:`is_whole`) of at least ``minimum``; as Python ints, a NumPy integer's products
+    cannot overflow. ``s, d = whole_numbers(s=s, d=d)``."""
+    for name, value in values.items():
+        if not is_whole(value):
+            raise TypeError(f"{name} must be a whole number, got {value!r}")
+        if value < minimum:
+            raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return [int(value) for value in values.values()]
+
+
 def signed(value: float, spec: str = "+.1f") -> str:
     """``value`` formatted by ``spec`` (e.g. ``"+.1%"``, or ``"~3"`` for three significant
     digits, as :func:`significant`), a negative one with a true minus sign (U+2212) rather

@@ -553,3 +553,15 @@ def test_is_whole_takes_python_and_numpy_integers_only():
     is_whole = utils.is_whole
     assert is_whole(3) and is_whole(np.int64(3)) and is_whole(0) and is_whole(-2)
     assert not any(is_whole(v) for v in (True, 3.0, float("nan"), "3", None, np.float32(3)))
+
+
+def test_whole_numbers_checks_each_and_returns_python_ints():
+    s, d = utils.whole_numbers(s=np.int32(7), d=3)
+    assert (s, d) == (7, 3) and type(s) is int
+    assert utils.whole_numbers(0, rows=0) == [0]
+    with pytest.raises(ValueError, match="d must be at least 1, got 0"):
+        utils.whole_numbers(s=4, d=0)
+    with pytest.raises(TypeError, match="s must be a whole number, got 4.0"):
+        utils.whole_numbers(s=4.0)
+    with pytest.raises(TypeError, match="flag must be a whole number"):
+        utils.whole_numbers(flag=True)
