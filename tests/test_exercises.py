@@ -914,6 +914,14 @@ def test_gpu_basics_streams_exercise_2_batchnorm_over_two_devices(framework):
                    framework=framework).startswith("Correct")
     for wrong in ("True", "1", "'True'"):
         assert "Not quite" in run(cell, f"bn_outputs_match = {wrong}", framework=framework)
+    if framework == "torch":  # a right answer computed from the outputs is a tensor
+        for computed in ("torch.tensor(False)", "(torch.zeros(3) == torch.ones(3)).all()",
+                         "torch.tensor([0.0])", "np.bool_(False)", "0.0"):
+            assert run(cell, f"import torch, numpy as np; bn_outputs_match = {computed}",
+                       framework=framework).startswith("Correct"), computed
+        for not_false in ("torch.tensor(True)", "torch.tensor([False, False])", "[]", "''"):
+            assert "Not quite" in run(cell, f"import torch; bn_outputs_match = {not_false}",
+                                      framework=framework), not_false
     assert run(cell, "bn_outputs_match = False", "zh", framework=framework).startswith("正确")
     assert run(cell, "bn_outputs_match = None", "zh", framework=framework).startswith("练习 2")
 
@@ -988,6 +996,10 @@ def test_communication_scale_exercise_1_scaling_model_with_twice_the_batch():
     cell = check_cell("communication-scale", "exercise 1")
     assert run(cell, "largest_k, exposed_ms_64 = 32, 18.9").startswith("Correct")
     assert run(cell, "largest_k, exposed_ms_64 = 32, 18.895", "zh").startswith("正确")
+    assert run(cell, "largest_k, exposed_ms_64 = 32, 19").startswith("Correct")  # whole ms
+    seconds = run(cell, "largest_k, exposed_ms_64 = 32, 0.0189")
+    assert seconds.startswith("Almost") and "milliseconds" in seconds and "18.9" not in seconds
+    assert run(cell, "largest_k, exposed_ms_64 = 32, 19.2").startswith("Half right")
     half = run(cell, "largest_k, exposed_ms_64 = 32, 39.4")  # forgot the overlap
     assert half.startswith("Half right") and "18.9" not in half
     wrong = run(cell, "largest_k, exposed_ms_64 = 16, 18.9")  # the example's own batch
@@ -1565,3 +1577,11 @@ def test_every_exercise_cell_runs_as_committed_and_prompts(monkeypatch, numpy_to
                 assert said.startswith(start) and said.count("\n") == 1, (chapter.path, said)
                 prompted += 1
     assert prompted >= 20
+
+
+def test_letters_reads_the_ways_a_reader_writes_a_choice():
+    read = exercises.letters
+    for written in ({"a", "b"}, ["B", "a"], "a, b", "a and b", "ab", {"(a)", "(b)"}, "a 和 b",
+                    ("a", "or b")):
+        assert read(written) == {"a", "b"}, written
+    assert read("") == set() and read(set()) == set()
