@@ -798,6 +798,9 @@ def _memory_oom_1(sequences_per_gpu: Any, run: dict) -> Text:
     if equal(sequences_per_gpu, math.ceil(fits)):
         return close("round down; a part of a sequence does not fit.",
                      "要向下取整，半个序列是放不下的。")
+    if near(sequences_per_gpu, fits, 0.01):
+        return close("right so far; now round down to whole sequences.",
+                     "算到这里都对；最后还要向下取整，得到完整序列的个数。")
     return not_quite("divide the 16 bytes per parameter by the number of GPUs, subtract from "
                      "the usable memory, and divide by the activations.",
                      "把每个参数的 16 字节除以 GPU 数，从可用显存中减去，再除以每个序列的激活。")

@@ -278,7 +278,9 @@ def growth(step: Callable[[], object], iterations: int, device, after: Callable[
     """Run ``step()`` ``iterations`` times under a :class:`d2l_ext.memory.Tracker` on
     ``device`` and return the bytes allocated since the start after each iteration (a list
     that grows by the same amount each time is a leak). ``after()``, if given, runs after
-    the last iteration and is read as one more entry (e.g. ``gc.collect``)."""
+    the last iteration and is read as one more entry (e.g. ``gc.collect``). On a CPU the
+    tracker counts the allocations of the thread that runs ``step``; tensors that other
+    threads allocate are not seen (:mod:`d2l_ext.memory`)."""
     from d2l_ext import memory  # torch is needed only here
 
     with memory.Tracker(device) as tracker:

@@ -1137,6 +1137,9 @@ def test_memory_oom_exercise_1_sequences_that_fit_under_zero_3():
     assert run(cell, "sequences_per_gpu = 7").startswith("Correct")
     assert run(cell, "sequences_per_gpu = 7", "zh").startswith("正确")
     assert "round down" in run(cell, "sequences_per_gpu = 8")
+    for unrounded in ("7.67", "(72 - 16 * 13 / 8) / 6"):  # the method right, not yet rounded
+        says = run(cell, f"sequences_per_gpu = {unrounded}")
+        assert says.startswith("Close") and "round down" in says and "7" not in says
     for wrong in (0, 3, 12):  # unsharded; sharded weights only; ...
         assert run(cell, f"sequences_per_gpu = {wrong}").startswith("Not quite")
     assert run(cell, "sequences_per_gpu = None", "zh").startswith("练习 1")
