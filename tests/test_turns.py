@@ -1,12 +1,41 @@
-"""d2l_ext.turns: timing in turns, blocks of calls, and the verdict on two timings."""
+"""d2l_ext.turns: timing in turns, blocks of calls, and the verdict on two timings.
 
-import time
+The block rules are tested against a clock that only the work moves (``clock``), so that a
+busy machine cannot change what the tests see."""
+
+from types import SimpleNamespace
 
 import pytest
 
-from d2l_ext import turns
+from d2l_ext import turns, utils
 from d2l_ext.i18n import message
 from d2l_ext.utils import Timing
+
+
+class FakeClock:
+    """A clock that stands still until the work advances it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def work(self, seconds: float, then=None):
+        """A function that takes ``seconds`` on this clock (and calls ``then()``)."""
+        def f():
+            self.now += seconds
+            if then is not None:
+                then()
+        return f
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    for module in (turns, utils):  # the modules that read the time of a block
+        monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=fake.perf_counter))
+    return fake
 
 
 def _barrier_counter():
@@ -26,28 +55,24 @@ def test_functions_are_timed_in_turns_after_one_warm_up_each():
     assert order == ["a", "b"] + ["a", "b"] * 3
 
 
-def test_short_work_is_timed_in_blocks_that_last_min_block():
+def test_short_work_is_timed_in_blocks_that_last_min_block(clock):
     count = {"n": 0}
-
-    def short():
-        count["n"] += 1
-        time.sleep(0.001)
-
+    short = clock.work(0.001, lambda: count.update(n=count["n"] + 1))
     timer = turns.TurnTimer(lambda: None, min_block=0.02)
     timing = timer.once(short)
     calls = timer.block_calls[short]
-    assert calls >= 2
-    assert calls * 0.001 >= 0.02 * 0.5  # the block was long, not one short call
+    assert calls * 0.001 >= 0.02 - 1e-12  # the block lasted min_block, not one short call
+    assert calls < 0.02 / 0.001 * 10  # ... and not ten times longer
     assert timing.repetitions == calls
-    assert 0.0009 < timing.min < 0.01  # seconds per call, not per block
+    assert timing.min == pytest.approx(0.001)  # seconds per call, not per block
     before = count["n"]
     timer.once(short)
     assert count["n"] - before == calls  # the same block size every repeat
 
 
-def test_long_work_is_one_call_per_repeat():
+def test_long_work_is_one_call_per_repeat(clock):
     timer = turns.TurnTimer(lambda: None, min_block=0.005)
-    f = lambda: time.sleep(0.01)  # noqa: E731
+    f = clock.work(0.01)
     timer.once(f)
     assert timer.block_calls[f] == 1
 
@@ -59,9 +84,11 @@ def test_each_repeat_starts_and_ends_with_a_barrier():
     assert len(barriers) == 2 * 4  # warm-up has none; each timed block has two
 
 
-def test_calls_per_block_grows_until_the_block_is_long():
-    calls = turns.calls_per_block(lambda: time.sleep(0.002), lambda: None, min_block=0.02)
-    assert 5 <= calls <= 200
+def test_calls_per_block_grows_until_the_block_is_long(clock):
+    # one call: 0.002 s, so the next block is min(0.02 / 0.002 x 1.2, 10) = 10 times larger,
+    # and 10 calls last 0.02 s
+    assert turns.calls_per_block(clock.work(0.002), lambda: None, min_block=0.02) == 10
+    assert turns.calls_per_block(clock.work(0.0001), lambda: None, min_block=0.02) == 240
     assert turns.calls_per_block(lambda: None, lambda: None, min_block=1.0, max_calls=50) == 50
 
 
@@ -97,20 +124,13 @@ def test_both_and_joined():
     assert turns.joined([], ", ", "，").en == ""
 
 
-def test_calibrated_blocks_keep_the_order_and_one_call_stays_one():
+def test_calibrated_blocks_keep_the_order_and_one_call_stays_one(clock):
     """With blocks of several calls the functions still take turns; a function that lasts
     min_block on its own is timed one call at a time; the Timings carry the block size, and
     the calibrations are forgotten after the call (nothing kept alive)."""
     order = []
-
-    def short():
-        order.append("s")
-        time.sleep(0.001)
-
-    def long():
-        order.append("L")
-        time.sleep(0.012)
-
+    short = clock.work(0.001, lambda: order.append("s"))
+    long = clock.work(0.012, lambda: order.append("L"))
     timer = turns.TurnTimer(lambda: None, min_block=0.01)
     timings = timer({"s": short, "L": long}, repeats=3)
     assert timings["L"].repetitions == 1 and timings["s"].repetitions >= 2
@@ -122,9 +142,8 @@ def test_calibrated_blocks_keep_the_order_and_one_call_stays_one():
     assert timer.block_calls == {}
 
 
-def test_timing_uses_the_same_block_rule():
+def test_timing_uses_the_same_block_rule(clock):
     from d2l_ext import timing
 
     assert timing.MIN_BLOCK is turns.MIN_BLOCK
-    calls = timing.calls_per_block(lambda: time.sleep(0.002), "cpu", min_block=0.02)
-    assert 5 <= calls <= 200
+    assert timing.calls_per_block(clock.work(0.002), "cpu", min_block=0.02) == 10
