@@ -215,7 +215,10 @@ def diagnose(reading: AllocatorReading, fragmented: float = 0.2) -> list[str]:
       least once (memory is near full, and each flush stalls the device);
     * ``"ooms"``: an out-of-memory error was raised;
     * ``"fragmented"``: more than ``fragmented`` of the reserved bytes are free pieces of
-      partly used segments (where ``expandable_segments`` or ``max_split_size_mb`` help);
+      partly used segments (where ``expandable_segments`` or ``max_split_size_mb`` help).
+      PyTorch leaves expandable segments out of this count (``inactive_split_bytes``), so
+      with ``expandable_segments:True`` this code never appears: compare ``reserved``
+      with ``allocated`` there;
     * ``"private pools"``: CUDA graphs or other private pools hold memory that ordinary
       allocations cannot use;
     * ``"tensors"``: none of these: the tensors themselves fill what is reserved."""

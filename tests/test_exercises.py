@@ -991,8 +991,8 @@ def test_communication_exercise_3_mxnet_checks_recursive_doubling(numpy_too_new)
 
 def test_communication_scale_exercise_1_scaling_model_with_twice_the_batch():
     """Up to 32 GPUs nothing is exposed; at 64, 39.4 - 20.5 = 18.9 ms. The check needs no
-    run (the model's inputs are the example's), accepts any rounding within 0.1 ms, and says
-    which half is right without printing the answer."""
+    run (the model's inputs are the example's), accepts any rounding within 0.15 ms (whole
+    milliseconds too), and says which half is right without printing the answer."""
     cell = check_cell("communication-scale", "exercise 1")
     assert run(cell, "largest_k, exposed_ms_64 = 32, 18.9").startswith("Correct")
     assert run(cell, "largest_k, exposed_ms_64 = 32, 18.895", "zh").startswith("正确")
@@ -1137,7 +1137,7 @@ def test_memory_oom_exercise_1_sequences_that_fit_under_zero_3():
     assert run(cell, "sequences_per_gpu = 7").startswith("Correct")
     assert run(cell, "sequences_per_gpu = 7", "zh").startswith("正确")
     assert "round down" in run(cell, "sequences_per_gpu = 8")
-    for unrounded in ("7.67", "(72 - 16 * 13 / 8) / 6"):  # the method right, not yet rounded
+    for unrounded in ("7.67", "7.7", "(72 - 16 * 13 / 8) / 6"):  # right, not yet rounded
         says = run(cell, f"sequences_per_gpu = {unrounded}")
         assert says.startswith("Close") and "round down" in says and "7" not in says
     for wrong in (0, 3, 12):  # unsharded; sharded weights only; ...
@@ -1585,6 +1585,7 @@ def test_every_exercise_cell_runs_as_committed_and_prompts(monkeypatch, numpy_to
 def test_letters_reads_the_ways_a_reader_writes_a_choice():
     read = exercises.letters
     for written in ({"a", "b"}, ["B", "a"], "a, b", "a and b", "ab", {"(a)", "(b)"}, "a 和 b",
-                    ("a", "or b")):
+                    ("a", "or b"), "both a and b", "(a) and (b) only"):
         assert read(written) == {"a", "b"}, written
+    assert read("(d) none of them") == {"d"} and read("cdf") == {"c", "d", "f"}
     assert read("") == set() and read(set()) == set()
