@@ -100,16 +100,19 @@ def unset(answer: Any) -> bool:
     return answer is None or (isinstance(answer, tuple) and any(a is None for a in answer))
 
 
+#: The letters that name a choice in the book's exercises.
+CHOICES = "abcdefgh"
+
+
 def letters(answer: Any) -> set[str]:
-    """The letters of an answer such as ``{"a", "b"}``, ``["B", "a"]``, ``"a, b"``,
-    ``"both a and b"``, ``"(d) none of them"``, ``"cdf"`` or ``{"(a)"}``, lower-cased: the
-    Latin letters that stand alone where any do (so words around them are read as words),
-    else every Latin letter ("cdf")."""
+    """The choices an answer names, lower-cased, however it is written: ``{"a", "b"}``,
+    ``["B", "a"]``, ``"a, b"``, ``"both a and b"``, ``"cd and f"``, ``"(d) none of them"``,
+    ``"I think a"`` or ``{"(a)"}``. Each run of Latin letters made only of choice letters
+    (a to h) counts letter by letter; any other run is a word and counts for nothing."""
     if isinstance(answer, str):
         answer = [answer]
     runs = re.findall(r"[a-z]+", " ".join(map(str, answer)).lower())
-    alone = {run for run in runs if len(run) == 1}
-    return alone or {c for run in runs for c in run}
+    return {c for run in runs if set(run) <= set(CHOICES) for c in run}
 
 
 def letter_choice(chapter: str, number: int, variable: str, answer: str,
@@ -792,16 +795,17 @@ def _memory_oom_1(sequences_per_gpu: Any, run: dict) -> Text:
     if equal(sequences_per_gpu, math.floor(fits)):
         return correct("the state is 16 x 13e9 / 8 bytes per GPU, and the rest holds 7 whole "
                        "sequences.",
-                       "每块 GPU 的状态是 16 × 13e9 / 8 字节，剩下的空间能放下 7 个完整的序列。")
+                       "每块 GPU 的状态是 16 × 13 × 10⁹ / 8 字节，"
+                       "剩下的空间能放下 7 条完整的序列。")
     if equal(sequences_per_gpu, math.ceil(fits)):
         return close("round down; a part of a sequence does not fit.",
-                     "要向下取整，半个序列是放不下的。")
+                     "要向下取整：不完整的一条序列是放不下的。")
     if near(sequences_per_gpu, fits, 0.05):  # 7.67, or 7.7 as the worked solution rounds
         return close("right so far; now round down to whole sequences.",
-                     "算到这里都对；最后还要向下取整，得到完整序列的个数。")
+                     "算到这里都对；最后还要向下取整，得到完整序列的条数。")
     return not_quite("divide the 16 bytes per parameter by the number of GPUs, subtract from "
                      "the usable memory, and divide by the activations.",
-                     "把每个参数的 16 字节除以 GPU 数，从可用显存中减去，再除以每个序列的激活。")
+                     "把每个参数的 16 字节除以 GPU 数，从可用显存中减去，再除以每条序列的激活。")
 
 
 # ---------------------------------------------------------------- transformers

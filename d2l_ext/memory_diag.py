@@ -211,8 +211,9 @@ def read_allocator(stats: Mapping[str, Any]) -> AllocatorReading:
 def diagnose(reading: AllocatorReading, fragmented: float = 0.2) -> list[str]:
     """What a reading says, as codes for the page to put into words:
 
-    * ``"retries"``: the allocator ran out of free device memory and flushed its cache at
-      least once (memory is near full, and each flush stalls the device);
+    * ``"retries"``: the allocator ran out of free device memory, or reached the memory
+      fraction set for the process, and flushed its cache at least once (memory is near
+      full, and each flush stalls the device);
     * ``"ooms"``: an out-of-memory error was raised;
     * ``"fragmented"``: more than ``fragmented`` of the reserved bytes are free pieces of
       partly used segments (where ``expandable_segments`` or ``max_split_size_mb`` help).

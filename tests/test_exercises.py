@@ -1588,4 +1588,5 @@ def test_letters_reads_the_ways_a_reader_writes_a_choice():
                     ("a", "or b"), "both a and b", "(a) and (b) only"):
         assert read(written) == {"a", "b"}, written
     assert read("(d) none of them") == {"d"} and read("cdf") == {"c", "d", "f"}
+    assert read("cd and f") == {"c", "d", "f"} and read("I think a") == {"a"}
     assert read("") == set() and read(set()) == set()
